@@ -1,0 +1,1 @@
+"""Agent Run Protocol v1 core (tier T1): pure, synchronous, deterministic."""

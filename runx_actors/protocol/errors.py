@@ -1,0 +1,291 @@
+"""The exception hierarchy of runx_actors (spec §0.6).
+
+Every exception derives from :class:`RunxError`. Grouping bases (``CommandRefusedError``,
+``LoopError``, ``DispatchError``, ``ReadError``, ``ReconcileError``,
+``ExecutionStoreError``) exist for ``except`` clauses only and refuse direct
+instantiation. Errors carry the data needed to act on them as keyword attributes; tests
+check attributes, never message text.
+
+This module is pure (tier T1) so that every tier can raise these types; the public path of
+each class is ``runx_actors.<Name>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "RunxError",
+    "CommandRefusedError",
+    "StaleRuntimeError",
+    "CommandConflictError",
+    "RunTerminalError",
+    "RunNotFoundError",
+    "PreconditionError",
+    "EvolveError",
+    "CorruptLogError",
+    "ValidationError",
+    "CanonicalJSONError",
+    "DecodeError",
+    "RunExistsError",
+    "OwnershipLostError",
+    "ProjectionDivergenceError",
+    "FrozenValueMissingError",
+    "LoopError",
+    "RunAlreadyRunningError",
+    "ModelUnavailableError",
+    "PrepareStalledError",
+    "EffectNotExecutingError",
+    "DriveCancelledError",
+    "DispatchError",
+    "DispatchRetryableError",
+    "DispatchUnknownError",
+    "DispatchRejectedError",
+    "ReadError",
+    "OutcomeNotReadyError",
+    "ExecutionNotFoundError",
+    "OutcomeUnavailableError",
+    "OutcomeCollectedError",
+    "ExecutionAbortedError",
+    "SettlementsEvictedError",
+    "ReconcileError",
+    "TargetWithoutEffectError",
+    "MissingPolicyPortsError",
+    "AbandonWithExecutorError",
+    "NoExecutionPortError",
+    "ExecutionStoreError",
+    "LedgerConflictError",
+    "StateConflictError",
+    "FencedError",
+    "LeaseLostError",
+    "SchemaVersionError",
+    "CorruptRecordError",
+]
+
+
+class RunxError(Exception):
+    """Base of every runx_actors error.
+
+    Keyword arguments become attributes (``err.command``, ``err.status`` …) so callers can
+    act on them; the message is informative only.
+    """
+
+    _abstract = False
+
+    def __init__(self, message: str = "", **attrs: Any) -> None:
+        if type(self).__dict__.get("_abstract", False):
+            raise TypeError(f"{type(self).__name__} is a grouping class; raise a subclass")
+        super().__init__(message or type(self).__name__)
+        self.message = message
+        self.attrs = attrs
+        for key, value in attrs.items():
+            setattr(self, key, value)
+
+    def __reduce__(self) -> Any:  # keep attributes across pickling (worker processes)
+        return (_rebuild, (type(self), self.message, self.attrs))
+
+
+def _rebuild(cls: type[RunxError], message: str, attrs: dict[str, Any]) -> RunxError:
+    return cls(message, **attrs)
+
+
+
+class CommandRefusedError(RunxError):
+    """Grouping base: a command was refused by the commit path; nothing was written."""
+
+    _abstract = True
+
+
+class StaleRuntimeError(CommandRefusedError):
+    """The state forbids the command, the effect is not the running one, or a Prepare's
+    base is out of date (RUN-CMT-3/4). Retriable: reload and derive again."""
+
+
+class CommandConflictError(CommandRefusedError):
+    """The ids do not add up: empty effect, a non-derived command id, a duplicate input id
+    (RUN-WIR-3, INV-8). Attributes: ``command``, ``expected`` where known."""
+
+
+class RunTerminalError(CommandRefusedError):
+    """A fresh command reached an ended Run (INV-2). Attribute: ``status``."""
+
+
+class RunNotFoundError(CommandRefusedError):
+    """The RunID is unknown in this scope (RUN-CMT-1). Attribute: ``run_id``."""
+
+
+class PreconditionError(RunxError):
+    """``decide`` refused the command: this state does not allow it. Attributes:
+    ``command``, ``reason``. ``evaluate_commit`` re-raises it as StaleRuntimeError."""
+
+
+class EvolveError(RunxError):
+    """``evolve`` refused a fact: its guard failed (§2.7). Attributes: ``fact``, ``reason``."""
+
+
+class CorruptLogError(EvolveError):
+    """A stored log does not fold: attributes ``index`` (0-based fact position) and
+    ``wire_name`` of the offending fact, plus ``run_id`` when known."""
+
+
+class ValidationError(RunxError, ValueError):
+    """An invalid value or state (also a ValueError)."""
+
+
+class CanonicalJSONError(ValidationError):
+    """A value cannot be canonicalised, or text is not strict JSON (§3.5)."""
+
+
+class DecodeError(ValidationError):
+    """A wire record (fact, command, frozen body) does not decode strictly. Attributes:
+    ``record`` (the type/wire name being decoded) and ``reason``."""
+
+
+class RunExistsError(RunxError):
+    """``create_run`` for a RunID whose stream already exists (RUN-NEW-1, INV-1)."""
+
+
+class OwnershipLostError(RunxError):
+    """Another writer opened the scope with a higher epoch; the append was fenced and wrote
+    nothing (RUN-CMT-6, INV-28). Attributes: ``scope``, ``epoch``, ``current_epoch``."""
+
+
+class ProjectionDivergenceError(RunxError):
+    """``record`` folded a state different from the projection at the same head."""
+
+
+class FrozenValueMissingError(RunxError):
+    """A frozen body is not in the FrozenStore. Attributes: ``digest``; ``result`` when
+    raised by ``deliver`` after a recovery was committed (D-7)."""
+
+
+class SchemaVersionError(RunxError):
+    """A store's on-disk schema version is unknown to this build."""
+
+
+class CorruptRecordError(RunxError):
+    """A stored row cannot be decoded; attributes name it (``run_id``, ``position``)."""
+
+
+class LoopError(RunxError):
+    """Grouping base for loop (runtime) errors."""
+
+    _abstract = True
+
+
+class RunAlreadyRunningError(LoopError):
+    """A second driver for a Run that already has one in this runtime (RUN-CMT-6)."""
+
+
+class ModelUnavailableError(LoopError):
+    """The executor cannot serve the model; the step stays PREPARED (RUN-EXE-5)."""
+
+
+class PrepareStalledError(LoopError):
+    """A Prepare was refused while the position did not move (INV-42)."""
+
+
+class EffectNotExecutingError(LoopError):
+    """A redispatch named an effect that is not EXECUTING."""
+
+
+class DriveCancelledError(LoopError):
+    """Another task stopped the drive with ``RunHandle.cancel_drive()`` (D-1)."""
+
+
+class DispatchError(RunxError):
+    """Grouping base for dispatch errors (§6.3)."""
+
+    _abstract = True
+
+
+class DispatchRetryableError(DispatchError):
+    """Definitely not accepted; may be retried."""
+
+
+class DispatchUnknownError(DispatchError):
+    """Unknown whether the executor accepted the assignment. Attribute ``dispatched``:
+    keys dispatched before it in the same batch (D-4)."""
+
+
+class DispatchRejectedError(DispatchError):
+    """Definitely not accepted and never will be."""
+
+
+class ReadError(RunxError):
+    """Grouping base for executor read errors (§6.7)."""
+
+    _abstract = True
+
+
+class OutcomeNotReadyError(ReadError):
+    """The execution has no outcome yet."""
+
+
+class ExecutionNotFoundError(ReadError):
+    """The executor does not know the key."""
+
+
+class OutcomeUnavailableError(ReadError):
+    """The outcome cannot be read any more."""
+
+
+class OutcomeCollectedError(OutcomeUnavailableError):
+    """The outcome was acknowledged and collected."""
+
+
+class ExecutionAbortedError(OutcomeUnavailableError):
+    """The key was aborted (tombstoned) before it ran."""
+
+
+class SettlementsEvictedError(ReadError):
+    """A settlement subscription fell behind and lost notifications."""
+
+
+class ReconcileError(RunxError):
+    """Grouping base for reconciler errors (§6.10)."""
+
+    _abstract = True
+
+
+class TargetWithoutEffectError(ReconcileError):
+    """A recovery target without an EffectID."""
+
+
+class MissingPolicyPortsError(ReconcileError):
+    """REDISPATCH_MISSING without a ledger or a redispatch port."""
+
+
+class AbandonWithExecutorError(ReconcileError):
+    """``abandon=True`` given together with an executor."""
+
+
+class NoExecutionPortError(ReconcileError):
+    """No executor and no explicit ``abandon``."""
+
+
+class ExecutionStoreError(RunxError):
+    """Grouping base for execution-store / ledger errors."""
+
+    _abstract = True
+
+
+class LedgerConflictError(ExecutionStoreError):
+    """A ledger append with a stale sequence."""
+
+
+class StateConflictError(ExecutionStoreError):
+    """A ledger transition not allowed in its current state."""
+
+
+class FencedError(ExecutionStoreError):
+    """An append from an epoch lower than the highest seen."""
+
+
+class LeaseLostError(ExecutionStoreError):
+    """A worker's lease on an execution was lost."""
+
+
+for _name in __all__:
+    globals()[_name].__module__ = "runx_actors"
+del _name

@@ -1,0 +1,337 @@
+"""Value types of the Run state machine (spec §2.1, §3.7).
+
+All values are frozen, slotted attrs classes; sequences are tuples; embedded JSON is held
+as canonical JSON text (``JSONText``). Zero values shown as defaults are omitted on the
+wire. Field validators check single-field rules only; whole-state rules live in
+``evolve``'s guards.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, TypeAlias
+
+import attrs
+
+__all__ = [
+    "RunID", "StepID", "CallID", "CommandID", "ResponseID", "InputID", "ToolRef",
+    "ModelRef", "EffectID", "PromptToken", "Scope", "Digest", "JSONText",
+    "RunStatus", "RunReason", "ModelStepStatus", "ToolCallStatus", "ToolFailureOutcome",
+    "ResponsePolicy", "ResponseKind", "ToolReplay", "ToolPlacement",
+    "ModelRejectDisposition", "FailureClass", "SCHEDULING_MODES",
+    "Failure", "AgentInput", "NewRun", "ToolScheduling", "ToolSpec", "ResponseRequest",
+    "ToolCallBinding", "ToolResult", "ToolCallResult", "ToolCallFailure",
+    "RunFailure", "RunCompletedEnd", "RunStoppedEnd", "RunFailedEnd", "RunEnd",
+    "RunResult", "Usage", "ToolDefinition", "ModelRequest", "ModelToolCall", "ModelResult",
+    "is_digest",
+]
+
+RunID: TypeAlias = str
+StepID: TypeAlias = str
+CallID: TypeAlias = str
+CommandID: TypeAlias = str
+ResponseID: TypeAlias = str
+InputID: TypeAlias = str
+ToolRef: TypeAlias = str
+ModelRef: TypeAlias = str
+EffectID: TypeAlias = str
+PromptToken: TypeAlias = str
+Scope: TypeAlias = str
+Digest: TypeAlias = str  # "sha256:" + 64 lowercase hex
+JSONText: TypeAlias = str  # always canonical JSON text
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_digest(value: object) -> bool:
+    """True iff *value* is ``"sha256:"`` followed by 64 lowercase hex characters."""
+    return (
+        isinstance(value, str)
+        and len(value) == 71
+        and value.startswith("sha256:")
+        and all(c in _HEX for c in value[7:])
+    )
+
+
+class RunStatus(enum.Enum):
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class RunReason(enum.Enum):
+    NONE = ""
+    CANCELLED = "cancelled"
+    PROVIDER_FAILURE = "provider_failure"
+    MALFORMED_MODEL_RESULT = "malformed_model_result"
+    EFFECT_UNKNOWN = "effect_unknown"
+
+
+class ModelStepStatus(enum.Enum):
+    PREPARED = "prepared"
+    EXECUTING = "executing"
+
+
+class ToolCallStatus(enum.Enum):
+    PENDING = "pending"
+    EXECUTING = "executing"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class ToolFailureOutcome(enum.Enum):
+    KNOWN = "known"
+    UNKNOWN = "unknown"
+
+
+class ResponsePolicy(enum.Enum):
+    DIRECT_EXECUTION = "direct_execution"
+    APPROVAL_REQUIRED = "approval_required"
+    EXTERNAL_RESPONSE = "external_response"
+
+
+class ResponseKind(enum.Enum):
+    APPROVAL = "approval"
+    EXTERNAL_RESPONSE = "external_response"
+
+
+class ToolReplay(enum.Enum):
+    UNKNOWN = ""
+    NEVER = "never"
+    ALLOWED = "allowed"
+
+
+class ToolPlacement(enum.Enum):
+    NONE = ""
+    WORKSPACE = "workspace"
+
+
+class ModelRejectDisposition(enum.Enum):
+    RETRY = "retry"
+    FAIL_RUN = "fail_run"
+
+
+class FailureClass:
+    """Failure classes the Run itself uses (§2.1). Tool-defined classes are open strings."""
+
+    PERMISSION_DENIED = "permission_denied"
+    RESPONSE_REJECTED = "response_rejected"
+    TOOL_LOOKUP_FAILED = "tool_lookup_failed"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    MALFORMED_MODEL_RESULT = "malformed_model_result"
+    TOOL_DEFINITION_MISMATCH = "tool_definition_mismatch"
+    EXECUTION_FAILED = "execution_failed"
+    EFFECT_UNKNOWN = "effect_unknown"
+    CANCELLED = "cancelled"
+    PROVIDER_FAILURE = "provider_failure"
+
+
+#: Legal values of ``ToolScheduling.mode``; ``""`` is kept as given and acts as parallel.
+SCHEDULING_MODES = frozenset({"", "parallel", "sequential"})
+
+
+def _tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class Failure:
+    """A failure: its class (wire key ``class``) and an informative message."""
+
+    class_: str
+    message: str = ""
+
+
+@attrs.frozen
+class AgentInput:
+    """One input for the Run: an id and the digest of its body."""
+
+    id: InputID
+    digest: Digest
+
+    @classmethod
+    def text(cls, input_id: InputID, text: str) -> AgentInput:
+        """An input whose body is the JSON string *text* (digest of ``agent_input``)."""
+        from .canonical import content_digest
+
+        return cls(input_id, content_digest("agent_input", {"text": text}))
+
+
+@attrs.frozen
+class NewRun:
+    run_id: RunID
+    causation_id: str = ""
+
+
+@attrs.frozen
+class ToolScheduling:
+    """How a ToolStep's calls are started (RUN-LOP-1): mode ``""``/``parallel``/
+    ``sequential``; ``max_parallel`` 0 = no cap."""
+
+    mode: str = ""
+    max_parallel: int = 0
+
+    def is_valid(self) -> bool:
+        return (
+            self.mode in SCHEDULING_MODES
+            and isinstance(self.max_parallel, int)
+            and not isinstance(self.max_parallel, bool)
+            and self.max_parallel >= 0
+        )
+
+
+@attrs.frozen(kw_only=True)
+class ToolSpec:
+    """The agent-side description of a tool offered to the model (§1)."""
+
+    ref: ToolRef
+    name: str
+    definition_digest: Digest
+    policy: ResponsePolicy = ResponsePolicy.DIRECT_EXECUTION
+    replay: ToolReplay = ToolReplay.UNKNOWN
+    placement: ToolPlacement = ToolPlacement.NONE
+
+
+@attrs.frozen(kw_only=True)
+class ResponseRequest:
+    """The outside input a WAITING call needs; ``payload`` equals the call's arguments."""
+
+    run_id: RunID
+    step_id: StepID
+    call_id: CallID
+    id: ResponseID
+    kind: ResponseKind
+    payload: JSONText
+
+
+@attrs.frozen(kw_only=True)
+class ToolCallBinding:
+    """The frozen description of one tool call of a ToolStep (RUN-MCH-2)."""
+
+    call_id: CallID
+    provider_call_id: str = ""
+    tool_ref: ToolRef
+    definition_digest: str = ""
+    arguments: JSONText
+    policy: ResponsePolicy = ResponsePolicy.DIRECT_EXECUTION
+    replay: ToolReplay = ToolReplay.UNKNOWN
+    placement: ToolPlacement = ToolPlacement.NONE
+    response: ResponseRequest | None = None
+
+
+@attrs.frozen
+class ToolResult:
+    """Command side of a tool result: the output as canonical JSON text."""
+
+    output: JSONText
+
+
+@attrs.frozen
+class ToolCallResult:
+    """State side of a completed call: the digest of its output."""
+
+    output_digest: Digest
+
+
+@attrs.frozen
+class ToolCallFailure:
+    failure: Failure
+    outcome: ToolFailureOutcome = ToolFailureOutcome.KNOWN
+
+
+@attrs.frozen
+class RunFailure:
+    class_: str
+    message: str = ""
+    call_id: CallID = ""
+
+
+@attrs.frozen
+class RunCompletedEnd:
+    pass
+
+
+@attrs.frozen
+class RunStoppedEnd:
+    reason: RunReason
+    uncertain_calls: tuple[CallID, ...] = attrs.field(default=(), converter=_tuple)
+    uncertain_model: StepID = ""
+
+
+@attrs.frozen
+class RunFailedEnd:
+    reason: RunReason
+    failure: RunFailure
+
+
+RunEnd: TypeAlias = RunCompletedEnd | RunStoppedEnd | RunFailedEnd
+
+
+@attrs.frozen
+class Usage:
+    """Token usage; ``+`` adds field-wise."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+
+@attrs.frozen(kw_only=True)
+class RunResult:
+    """Read-side restatement of a Run's end (the authority is the RunEnded fact)."""
+
+    status: RunStatus
+    reason: RunReason = RunReason.NONE
+    failure: RunFailure | None = None
+    uncertain_calls: tuple[CallID, ...] = attrs.field(default=(), converter=_tuple)
+    uncertain_model: StepID = ""
+    usage: Usage = Usage()
+
+
+@attrs.frozen
+class ToolDefinition:
+    """A tool as offered to the model; ``parameters`` is canonical JSON text (§3.7)."""
+
+    name: str
+    description: str = ""
+    parameters: JSONText = "{}"
+
+
+@attrs.frozen
+class ModelRequest:
+    """A frozen model request (§3.7). ``body`` is a canonical JSON object that MUST NOT
+    contain the keys ``model`` or ``tools``."""
+
+    model: ModelRef
+    tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tuple)
+    body: JSONText = "{}"
+
+
+@attrs.frozen
+class ModelToolCall:
+    """One tool call proposed by the model; ``arguments`` already frozen (§3.8)."""
+
+    id: str
+    name: str
+    arguments: JSONText
+
+
+@attrs.frozen
+class ModelResult:
+    """A frozen model result (§3.7)."""
+
+    content: str = ""
+    tool_calls: tuple[ModelToolCall, ...] = attrs.field(default=(), converter=_tuple)
+    finish_reason: str = ""
+    usage: Usage = Usage()
+    body: JSONText = "{}"
