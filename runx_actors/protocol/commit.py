@@ -1,0 +1,323 @@
+"""Commit evaluation, creation and fold (spec §2.11, §2.12, §4.1, §4.3).
+
+``evaluate_commit`` is the pure heart of every store: given a read-only view of the
+scope (machine projection, streams, commit-id index) and a request, it returns either
+``Replay`` (the id was applied before) or ``Append`` (the facts to append atomically).
+Stores run it inside their writer's critical section and only do the I/O it names.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypeAlias
+
+import attrs
+
+from . import commands as C
+from . import facts as F
+from ._decide import decide
+from ._evolve import evolve
+from .errors import (
+    CommandConflictError,
+    CorruptLogError,
+    EvolveError,
+    PreconditionError,
+    RunNotFoundError,
+    RunTerminalError,
+    StaleRuntimeError,
+    ValidationError,
+)
+from .ids import (
+    derive_decline_command_id,
+    derive_input_command_id,
+    derive_model_request_command_id,
+    derive_model_step_id,
+    derive_recovery_command_id,
+    derive_response_command_id,
+    derive_settlement_command_id,
+    derive_start_command_id,
+    derive_withdraw_command_id,
+)
+from .state import MachineState
+from .values import AgentInput, CommandID, NewRun, RunID, RunStatus, Scope, ToolFailureOutcome
+
+__all__ = [
+    "CommandEnvelope", "envelope", "Snapshot", "CommitRequest", "CommitStatus",
+    "CommitResult", "CommitView", "Replay", "Append", "CommitDecision",
+    "PromptTokenGuard", "evaluate_commit", "expected_command_ids", "create_group",
+    "initialize_run", "fold_run", "validate_identity",
+]
+
+
+@attrs.frozen
+class CommandEnvelope:
+    """A command addressed to a Run under its CommandID. Build it with :func:`envelope`."""
+
+    type: str
+    run_id: RunID
+    id: CommandID
+    command: C.Command
+
+
+def validate_identity(value: str, what: str) -> None:
+    """Raise ValidationError unless *value* is a non-empty str encodable as UTF-8."""
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"{what} must be a non-empty string", value=value)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"{what} is not valid UTF-8", value=value) from exc
+
+
+def envelope(run_id: RunID, command_id: CommandID, command: C.Command) -> CommandEnvelope:
+    """Wrap *command* for commit; ``type`` comes from the command (RUN-WIR-3).
+
+    Raises:
+        ValidationError: empty or non-UTF-8 run id or command id, or not a command.
+    """
+    validate_identity(run_id, "run id")
+    validate_identity(command_id, "command id")
+    if type(command) not in C.COMMAND_TYPES:
+        raise ValidationError(f"not a command: {command!r}", command=command)
+    return CommandEnvelope(type(command).WIRE_NAME, run_id, command_id, command)
+
+
+@attrs.frozen
+class Snapshot:
+    """A Run's state and position (index of its last fact; RunCreated is 0)."""
+
+    state: MachineState
+    position: int
+
+
+@attrs.frozen
+class CommitRequest:
+    """``base`` is the position the caller loaded (only Prepare compares it)."""
+
+    base: int
+    envelope: CommandEnvelope
+
+
+class CommitStatus(enum.Enum):
+    ACCEPTED = "accepted"
+    ALREADY_APPLIED = "already_applied"
+
+
+def _facts(value: Iterable[F.Fact]) -> tuple[F.Fact, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class CommitResult:
+    status: CommitStatus
+    snapshot: Snapshot
+    facts: tuple[F.Fact, ...] = attrs.field(converter=_facts)
+
+
+class CommitView(Protocol):
+    """What ``evaluate_commit`` reads from the scope (all synchronous, no I/O)."""
+
+    def replay_facts(self, command_id: CommandID, run_id: RunID) -> tuple[F.Fact, ...] | None:
+        """The facts for *run_id* of the commit *command_id*, or None if not in the index."""
+
+    def active(self, run_id: RunID) -> Snapshot | None:
+        """The projection's snapshot of an active Run, or None."""
+
+    def stream_exists(self, run_id: RunID) -> bool:
+        """True iff the Run's stream exists (active or ended)."""
+
+
+@attrs.frozen
+class Replay:
+    """The command id was applied before: answer ALREADY_APPLIED with these facts."""
+
+    facts: tuple[F.Fact, ...]
+
+
+@attrs.frozen
+class Append:
+    """Append ``facts`` atomically; the Run is then at ``snapshot``."""
+
+    facts: tuple[F.Fact, ...]
+    snapshot: Snapshot
+
+
+CommitDecision: TypeAlias = Replay | Append
+PromptTokenGuard: TypeAlias = Callable[[Scope, RunID, str], None]
+
+
+def expected_command_ids(
+    run_id: RunID, base: int, command: C.Command
+) -> tuple[CommandID, ...] | None:
+    """The command ids the derivation family of *command* accepts (§3.3, step 5).
+
+    ``None`` for ``CancelRun`` (free id). An UNKNOWN ``SubmitToolFailure`` accepts the
+    settlement id or the recovery id of its effect.
+    """
+    match command:
+        case C.AcceptInput(inputs=inputs):
+            return (derive_input_command_id(run_id, *(i.id for i in inputs)),)
+        case C.PrepareModelRequest():
+            return (derive_model_request_command_id(run_id, base),)
+        case C.WithdrawPreparedStep(step_id=step_id):
+            return (derive_withdraw_command_id(run_id, step_id),)
+        case C.StartModelExecution(effect=e) | C.StartToolCall(effect=e):
+            return (derive_start_command_id(e),)
+        case C.RecoverModelExecution(effect=e):
+            return (derive_recovery_command_id(e),)
+        case C.SubmitToolFailure(effect=e, outcome=ToolFailureOutcome.UNKNOWN):
+            return (derive_settlement_command_id(e), derive_recovery_command_id(e))
+        case (
+            C.SubmitModelResult(effect=e) | C.SubmitModelFailure(effect=e)
+            | C.RejectModelResult(effect=e) | C.SubmitToolResult(effect=e)
+            | C.SubmitToolFailure(effect=e)
+        ):
+            return (derive_settlement_command_id(e),)
+        case C.DeclineToolCall(step_id=s, call_id=c):
+            return (derive_decline_command_id(run_id, s, c),)
+        case (
+            C.ApproveToolCall(step_id=s, call_id=c, response_id=r)
+            | C.RejectToolCall(step_id=s, call_id=c, response_id=r)
+            | C.SubmitToolResponse(step_id=s, call_id=c, response_id=r)
+        ):
+            return (derive_response_command_id(run_id, s, c, r),)
+        case C.CancelRun():
+            return None
+    raise ValidationError(f"not a command: {command!r}", command=command)
+
+
+def evaluate_commit(
+    view: CommitView,
+    request: CommitRequest,
+    *,
+    scope: Scope = "",
+    prompt_token_guard: PromptTokenGuard | None = None,
+) -> CommitDecision:
+    """Decide what committing *request* means, in the order of §4.3 (RUN-CMT-3/4/5).
+
+    Pure: reads *view*, writes nothing. Steps: replay lookup; locate; envelope; effect
+    present; derived id; terminal; hard CAS (Prepare only) and the optional prompt-token
+    guard [D-9]; decide exactly once; derived step (Prepare only); evolve each fact.
+
+    Returns:
+        ``Replay(facts)`` when the command id is in the index (even if the Run has ended
+        or the content differs: first wins), else ``Append(facts, snapshot)``.
+    Raises:
+        RunNotFoundError / RunTerminalError: the Run is unknown / has ended.
+        CommandConflictError: ids that do not add up (steps 3–5, or decide's).
+        StaleRuntimeError: decide refused (chained from PreconditionError), a Prepare
+            base or step id out of date, or the prompt-token guard refused.
+        EvolveError: internal bug — a decided fact does not fold.
+    """
+    env = request.envelope
+    command = env.command
+    run_id = env.run_id
+    # 1. Replay lookup.
+    if env.id:
+        replay = view.replay_facts(env.id, run_id)
+        if replay is not None:
+            return Replay(tuple(replay))
+    # 2. Locate.
+    snap = view.active(run_id)
+    if snap is None:
+        if view.stream_exists(run_id):
+            raise RunTerminalError(f"run {run_id} has ended", run_id=run_id, command=command)
+        raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+    # 3. Envelope.
+    if not run_id or not env.id or (snap.state.run_id != run_id):
+        raise CommandConflictError("envelope ids are empty or name another Run",
+                                   command=command, reason="envelope")
+    if type(command) not in C.COMMAND_TYPES or env.type != type(command).WIRE_NAME:
+        raise CommandConflictError("envelope type does not name its command",
+                                   command=command, reason="envelope")
+    # 4. Effect present.
+    if isinstance(command, C.EFFECT_COMMANDS) and not command.effect:  # type: ignore[union-attr]
+        raise CommandConflictError("start/settlement/recovery without an effect",
+                                   command=command, reason="effect missing")
+    # 5. Derived id.
+    expected = expected_command_ids(run_id, request.base, command)
+    if expected is not None and env.id not in expected:
+        raise CommandConflictError("command id is not the derived one", command=command,
+                                   reason="non-derived id", expected=expected)
+    state = snap.state
+    # 6. Terminal (defensive).
+    if state.status is not RunStatus.ACTIVE:
+        raise RunTerminalError(f"run {run_id} has ended", run_id=run_id, status=state.status)
+    # 7. Hard CAS, Prepare only.
+    if isinstance(command, C.PrepareModelRequest):
+        if request.base != snap.position:
+            raise StaleRuntimeError("prepare base is not the current position",
+                                    command=command, base=request.base,
+                                    position=snap.position)
+        if prompt_token_guard is not None:
+            prompt_token_guard(scope, run_id, command.prompt_token)
+    # 8. Decide exactly once.
+    try:
+        facts = decide(state, command)
+    except PreconditionError as exc:
+        raise StaleRuntimeError(f"reload and derive again: {exc.message}", command=command,
+                                reason=getattr(exc, "reason", "")) from exc
+    # 9. Derived step, Prepare only.
+    if isinstance(command, C.PrepareModelRequest):
+        if command.step_id != derive_model_step_id(run_id, env.id):
+            raise StaleRuntimeError("prepare step id is not derived from its command id",
+                                    command=command)
+    # 10. Evolve each fact.
+    for fact in facts:
+        state = evolve(state, fact)
+    # 11. The store appends.
+    return Append(facts, Snapshot(state, snap.position + len(facts)))
+
+
+def create_group(new_run: NewRun, inputs: Sequence[AgentInput] = ()) -> tuple[F.Fact, ...]:
+    """The creation group ``(RunCreated, InputAccepted…)`` (RUN-NEW-1, §2.11).
+
+    Raises:
+        ValidationError: empty or non-UTF-8 run id, an input with an empty id or digest,
+            duplicate input ids. Zero inputs are allowed.
+    """
+    validate_identity(new_run.run_id, "run id")
+    seen: set[str] = set()
+    for i in inputs:
+        if not i.id or not i.digest:
+            raise ValidationError("input needs an id and a digest", input=i)
+        validate_identity(i.id, "input id")
+        if i.id in seen:
+            raise ValidationError(f"duplicate input id {i.id!r}", input=i)
+        seen.add(i.id)
+    return (F.RunCreated(new_run.run_id, new_run.causation_id),
+            *(F.InputAccepted(i) for i in inputs))
+
+
+def initialize_run(new_run: NewRun) -> MachineState:
+    """``evolve(None, RunCreated(...))``: ACTIVE, Open, no inputs, zero usage."""
+    return evolve(None, F.RunCreated(new_run.run_id, new_run.causation_id))
+
+
+def fold_run(facts: Iterable[F.Fact], *, run_id: RunID = "") -> MachineState:
+    """Fold a Run's whole fact list (RUN-NEW-2); the authoritative read.
+
+    Raises:
+        CorruptLogError: the list is empty, does not start with RunCreated, or a fact
+            fails its guard; attributes ``index`` and ``wire_name`` name the fact.
+    """
+    state: MachineState | None = None
+    index = -1
+    for index, fact in enumerate(facts):
+        if index == 0 and not isinstance(fact, F.RunCreated):
+            raise CorruptLogError("the first fact is not run_created", index=0,
+                                  wire_name=getattr(fact, "WIRE_NAME", "?"), run_id=run_id,
+                                  fact=fact, reason="first fact")
+        try:
+            state = evolve(state, fact)
+        except EvolveError as exc:
+            raise CorruptLogError(
+                f"fact {index} ({fact.WIRE_NAME}) does not fold: {exc.message}",
+                index=index, wire_name=fact.WIRE_NAME, run_id=run_id, fact=fact,
+                reason=getattr(exc, "reason", ""),
+            ) from exc
+    if state is None:
+        raise CorruptLogError("empty log", index=0, wire_name="", run_id=run_id, fact=None,
+                              reason="empty")
+    return state

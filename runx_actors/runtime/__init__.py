@@ -1,0 +1,62 @@
+"""The trio shell: Run actors, the runtime, takeover and the application surface.
+
+Tier T3/T5 (spec §5, §6.10): ``RunRuntime`` holds one ``RunActor`` per Run being
+operated on; ``RunHandle`` drives, advances and delivers; the ``Reconciler`` performs
+takeover; ``open_runtime`` is the entry point applications meet first.
+"""
+
+from ._actor import ActorStatistics as ActorStatistics
+from ._app import AGENT_INPUT as AGENT_INPUT
+from ._app import Runtime as Runtime
+from ._app import ToolOffer as ToolOffer
+from ._app import TranscriptBuilder as TranscriptBuilder
+from ._app import accept_input as accept_input
+from ._app import answer as answer
+from ._app import approve as approve
+from ._app import cancel_run as cancel_run
+from ._app import open_runtime as open_runtime
+from ._app import reject as reject
+from ._events import Durability as Durability
+from ._events import Event as Event
+from ._events import EventHub as EventHub
+from ._events import EventKind as EventKind
+from ._events import EventSink as EventSink
+from ._ledger import DispatchLedger as DispatchLedger
+from ._ledger import Dispatched as Dispatched
+from ._ledger import DispatchPlanned as DispatchPlanned
+from ._ledger import GivenUp as GivenUp
+from ._ledger import LedgerAppendStatus as LedgerAppendStatus
+from ._ledger import LedgerState as LedgerState
+from ._ledger import MemoryDispatchLedger as MemoryDispatchLedger
+from ._loop import BUDGET_EXCEEDED as BUDGET_EXCEEDED
+from ._mailbox import MailboxStatistics as MailboxStatistics
+from ._reconcile import Decision as Decision
+from ._reconcile import MissingPolicy as MissingPolicy
+from ._reconcile import Reconciler as Reconciler
+from ._reconcile import Verdict as Verdict
+from ._reconcile import assignment_from_target as assignment_from_target
+from ._reconcile import recover_interrupted as recover_interrupted
+from ._results import LoopDisposition as LoopDisposition
+from ._results import LoopResult as LoopResult
+from ._runtime import RunHandle as RunHandle
+from ._runtime import RunRuntime as RunRuntime
+from ._settings import DispatchPolicy as DispatchPolicy
+from ._settings import Settings as Settings
+from ._settings import TargetRequest as TargetRequest
+
+__all__ = [
+    "ActorStatistics", "AGENT_INPUT", "Runtime", "ToolOffer", "TranscriptBuilder",
+    "accept_input", "answer", "approve", "cancel_run", "open_runtime", "reject",
+    "Durability", "Event", "EventHub", "EventKind", "EventSink", "DispatchLedger",
+    "Dispatched", "DispatchPlanned", "GivenUp", "LedgerAppendStatus", "LedgerState",
+    "MemoryDispatchLedger", "BUDGET_EXCEEDED", "MailboxStatistics", "Decision",
+    "MissingPolicy", "Reconciler", "Verdict", "assignment_from_target",
+    "recover_interrupted", "LoopDisposition", "LoopResult", "RunHandle", "RunRuntime",
+    "DispatchPolicy", "Settings", "TargetRequest",
+]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type):
+        _obj.__module__ = __name__
+del _name, _obj

@@ -1,0 +1,283 @@
+"""RunActor: one trio task that owns one Run's loop operations (spec §5.1, §5.9).
+
+The actor serves one message at a time. Driver operations (drive, advance) are exclusive
+per Run; settlement operations (deliver, redispatch) queue in the bounded mailbox and are
+served in order, also while a drive waits for Outcomes. The actor leaves the registry the
+moment it is idle, with no checkpoint between the emptiness check and the removal
+(INV-43).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ..protocol.errors import (
+    DispatchUnknownError,
+    DriveCancelledError,
+    OwnershipLostError,
+    RunAlreadyRunningError,
+)
+from ._events import EventSink
+from ._loop import LoopContext, count_started
+from ._mailbox import Mailbox, MailboxStatistics
+from ._results import LoopDisposition, LoopResult
+from ._settings import Settings
+
+if TYPE_CHECKING:
+    from ._runtime import RunRuntime
+
+__all__ = ["RunActor", "ActorStatistics", "Request"]
+
+
+@attrs.define(eq=False)
+class Request:
+    """One external request and its one-shot reply."""
+
+    kind: str  # "drive" | "advance" | "deliver" | "redispatch"
+    settings: Settings
+    sink: EventSink | None = None
+    builder: Any = None
+    outcome: Any = None
+    key: Any = None
+    cancelled: bool = False  # the caller went away, or cancel_drive() was called
+    by_cancel_drive: bool = False
+    done: trio.Event = attrs.Factory(trio.Event)
+    value: Any = None
+    error: BaseException | None = None
+
+
+@attrs.frozen
+class _OutcomeArrived:
+    key: Any
+    outcome: Any
+
+
+@attrs.frozen
+class _ReadFailed:
+    key: Any
+    error: BaseException
+
+
+@attrs.frozen
+class _Poke:
+    pass
+
+
+POKE = _Poke()
+
+
+@attrs.frozen
+class ActorStatistics:
+    """Frozen snapshot of an actor: mailbox use, operations, keys in flight."""
+
+    run_id: str
+    mailbox: MailboxStatistics
+    operations: int
+    driving: bool
+    keys_in_flight: int
+
+
+class RunActor:
+    """The single owner of one Run's loop operations inside a RunRuntime."""
+
+    def __init__(self, runtime: RunRuntime, run_id: str, mailbox_size: int) -> None:
+        self.runtime = runtime
+        self.run_id = run_id
+        self.mailbox = Mailbox(mailbox_size)
+        self.operations = 0  # requests queued or in progress
+        self.driver: Request | None = None
+        self.in_flight: dict[Any, Any] = {}
+
+    def statistics(self) -> ActorStatistics:
+        return ActorStatistics(self.run_id, self.mailbox.statistics(), self.operations,
+                               self.driver is not None, len(self.in_flight))
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def _retire_if_idle(self) -> bool:
+        """Leave the registry if idle. Synchronous: no checkpoint can split it (INV-43)."""
+        if self.operations == 0 and self.mailbox.empty():
+            if self.runtime._actors.get(self.run_id) is self:
+                del self.runtime._actors[self.run_id]
+            return True
+        return False
+
+    async def main(self) -> None:
+        try:
+            while True:
+                if self._retire_if_idle():
+                    return
+                message = await self.mailbox.get()
+                if isinstance(message, Request):
+                    await self._serve(message)
+                # internal messages outside a drive are stale: nothing waits for them
+        finally:
+            if self.runtime._actors.get(self.run_id) is self:
+                del self.runtime._actors[self.run_id]
+            self._fail_queued()
+
+    def _fail_queued(self) -> None:
+        while (message := self.mailbox.get_nowait()) is not None:
+            if isinstance(message, Request) and not message.done.is_set():
+                message.error = trio.ClosedResourceError("the runtime is closed")
+                message.done.set()
+
+    # -- serving ---------------------------------------------------------------------------
+
+    def context(self, request: Request) -> LoopContext:
+        rt = self.runtime
+
+        async def started() -> int:
+            return count_started(await rt.writer.run_facts(self.run_id))
+
+        return LoopContext(
+            store=rt.run_store, executor=rt.executor, run_id=self.run_id,
+            settings=request.settings, sink=rt.sink_for(request.sink),
+            started_tool_calls=started, cancel_requested=lambda: request.cancelled,
+        )
+
+    async def _serve(self, request: Request) -> None:
+        try:
+            ctx = self.context(request)
+            if request.kind == "drive":
+                request.value = await self._drive(request, ctx)
+            elif request.kind == "advance":
+                request.value = await self._advance(request, ctx)
+            elif request.kind == "deliver":
+                request.value = await ctx.deliver(request.outcome)
+            elif request.kind == "redispatch":
+                request.value = await ctx.redispatch(request.key)
+            else:  # pragma: no cover - handles build only these kinds
+                raise ValueError(f"unknown request kind {request.kind!r}")
+        except trio.Cancelled as exc:
+            request.error = exc
+            raise
+        except Exception as exc:
+            request.error = exc
+        finally:
+            self.operations -= 1
+            if self.driver is request:
+                self.driver = None
+            request.done.set()
+
+    def _watch(self, key: Any) -> Any:
+        def deliver(outcome: Any) -> None:
+            self.mailbox.put_internal_nowait(_OutcomeArrived(key, outcome))
+
+        def fail(error: BaseException) -> None:
+            self.mailbox.put_internal_nowait(_ReadFailed(key, error))
+
+        return self.runtime.watcher.watch(key, deliver=deliver, fail=fail)
+
+    async def _cancel_at_executor(self, keys: Any) -> None:
+        for key in tuple(keys):
+            try:
+                await self.runtime.executor.cancel(key)
+            except Exception:  # errors ignored (§5.9)
+                pass
+
+    async def _advance(self, request: Request, ctx: LoopContext) -> LoopResult:
+        result = await ctx.advance(request.builder)
+        if request.cancelled and result.disposition is LoopDisposition.DISPATCHED:
+            # The caller will never receive these keys: cancel, await and settle them.
+            await self._settle_pending(ctx, list(result.dispatched), cancel=True)
+        return result
+
+    async def _settle_pending(self, ctx: LoopContext, keys: list[Any], *, cancel: bool) -> None:
+        pending = {k: self._watch(k) for k in keys}
+        self.in_flight = pending
+        try:
+            if cancel:
+                await self._cancel_at_executor(pending)
+            fenced = False
+            while pending:
+                message = await self.mailbox.get()
+                if isinstance(message, _OutcomeArrived) and message.key in pending:
+                    del pending[message.key]
+                    if not fenced:
+                        try:
+                            await ctx.deliver(message.outcome)
+                        except OwnershipLostError:
+                            fenced = True
+                elif isinstance(message, _ReadFailed) and message.key in pending:
+                    del pending[message.key]
+                elif isinstance(message, Request):
+                    await self._serve_during_drive(message)
+        finally:
+            for registration in pending.values():
+                registration.cancel()
+            self.in_flight = {}
+
+    async def _serve_during_drive(self, message: Request) -> None:
+        if message.kind in ("deliver", "redispatch"):
+            await self._serve(message)
+        else:  # a second driver (defensive: handles refuse it before queueing)
+            message.error = RunAlreadyRunningError("the Run already has a driver",
+                                                   run_id=self.run_id)
+            self.operations -= 1
+            message.done.set()
+
+    async def _drive(self, request: Request, ctx: LoopContext) -> LoopResult:
+        """The drive loop of §5.9: advance, watch, settle, until nothing more can happen."""
+        pending: dict[Any, Any] = {}
+        self.in_flight = pending
+        cancelled = False
+        fenced: OwnershipLostError | None = None
+        deferred: Exception | None = None
+        try:
+            while True:
+                if request.cancelled and not cancelled:
+                    cancelled = True
+                    await self._cancel_at_executor(pending)
+                if not pending:
+                    if fenced is not None:
+                        raise fenced
+                    if deferred is not None:
+                        raise deferred
+                    if cancelled:
+                        raise DriveCancelledError("the drive was cancelled", run_id=self.run_id)
+                    try:
+                        result = await ctx.advance(request.builder)
+                    except DispatchUnknownError as exc:  # D-4
+                        deferred = exc
+                        keys = tuple(getattr(exc, "dispatched", ()))
+                    else:
+                        if result.disposition is not LoopDisposition.DISPATCHED:
+                            if request.cancelled:
+                                continue
+                            return result
+                        keys = result.dispatched
+                    for key in keys:
+                        pending[key] = self._watch(key)
+                    continue
+                message = await self.mailbox.get()
+                if isinstance(message, _OutcomeArrived):
+                    if message.key not in pending:
+                        continue
+                    del pending[message.key]
+                    if fenced is not None:
+                        continue  # drain without settling
+                    try:
+                        result = await ctx.deliver(message.outcome)
+                    except OwnershipLostError as exc:
+                        fenced = exc
+                        await self._cancel_at_executor(pending)
+                        continue
+                    if result.disposition is LoopDisposition.FINISHED:
+                        return result
+                elif isinstance(message, _ReadFailed):
+                    if message.key not in pending:
+                        continue
+                    if fenced is not None:
+                        del pending[message.key]
+                        continue
+                    raise message.error
+                elif isinstance(message, Request):
+                    await self._serve_during_drive(message)
+        finally:
+            for registration in pending.values():
+                registration.cancel()
+            self.in_flight = {}

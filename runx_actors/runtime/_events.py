@@ -1,0 +1,156 @@
+"""Live events of Runs (spec §5.13; RUN-LOP-6).
+
+Committed events restate the log and are never dropped by the runtime's fan-out;
+provisional events (progress frames) carry no delivery promise and are dropped under
+back-pressure. Sinks are synchronous and must not block; their exceptions are logged and
+never affect a commit.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+import attrs
+import trio
+
+from ..protocol.facts import Fact
+from ..protocol.values import CallID, CommandID, EffectID, JSONText, RunID, Scope, StepID
+
+__all__ = ["Durability", "EventKind", "Event", "EventSink", "EventHub", "safe_emit"]
+
+log = logging.getLogger("runx_actors.runtime")
+
+
+class Durability(enum.Enum):
+    PROVISIONAL = "provisional"
+    COMMITTED = "committed"
+
+
+class EventKind(enum.Enum):
+    AGENT_COMMITTED = "agent_committed"
+    MODEL_TEXT_DELTA = "model_text_delta"
+    MODEL_REASONING_DELTA = "model_reasoning_delta"
+    TOOL_PROGRESS = "tool_progress"
+    PROGRESS_RESET = "progress_reset"
+    TOOL_STARTED = "tool_started"
+    TOOL_COMPLETED = "tool_completed"
+    RUN_FINISHED = "run_finished"
+
+
+def _tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value)
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """One live event. ``command_id`` lets consumers deduplicate committed events [U-3]."""
+
+    kind: EventKind
+    durability: Durability
+    session: Scope
+    run_id: RunID
+    step_id: StepID = ""
+    call_id: CallID = ""
+    effect: EffectID = ""
+    generation: int = 0
+    sequence: int = 0
+    payload: JSONText | None = None
+    committed: tuple[Fact, ...] = attrs.field(default=(), converter=_tuple)
+    command_id: CommandID = ""
+
+
+class EventSink(Protocol):
+    def emit(self, event: Event) -> None:
+        """Receive *event*; synchronous, must not block."""
+
+
+def safe_emit(sink: EventSink | None, event: Event) -> None:
+    """Emit *event* to *sink*, logging (never raising) a sink exception."""
+    if sink is None:
+        return
+    try:
+        sink.emit(event)
+    except Exception:  # a sink never affects a commit (§5.13)
+        log.exception("event sink %r failed on %s", sink, event.kind.value)
+
+
+class _Subscription:
+    def __init__(self, run_id: RunID | None, provisional_limit: int) -> None:
+        self.run_id = run_id
+        self.limit = provisional_limit
+        self.queue: collections.deque[Event] = collections.deque()
+        self.lot = trio.lowlevel.ParkingLot()
+        self.provisional = 0
+        self.dropped = 0
+        self.closed = False
+
+    def push(self, event: Event) -> None:
+        if event.durability is Durability.PROVISIONAL:
+            if self.provisional >= self.limit:
+                self.dropped += 1
+                return
+            self.provisional += 1
+        self.queue.append(event)
+        self.lot.unpark_all()
+
+
+class EventHub:
+    """Fan-out sink: ``subscribe(run_id)`` yields that Run's events (all Runs for None)."""
+
+    def __init__(self, provisional_limit: int = 256) -> None:
+        self._subs: set[_Subscription] = set()
+        self._limit = provisional_limit
+
+    def emit(self, event: Event) -> None:
+        for sub in tuple(self._subs):
+            if sub.run_id is None or sub.run_id == event.run_id:
+                sub.push(event)
+
+    def close(self) -> None:
+        for sub in self._subs:
+            sub.closed = True
+            sub.lot.unpark_all()
+
+    async def subscribe(self, run_id: RunID | None = None) -> AsyncIterator[Event]:
+        """Async iterator of events; ends when the hub closes. Checkpoint per item."""
+        sub = _Subscription(run_id, self._limit)
+        self._subs.add(sub)
+        try:
+            while True:
+                if sub.queue:
+                    event = sub.queue.popleft()
+                    if event.durability is Durability.PROVISIONAL:
+                        sub.provisional -= 1
+                    await trio.lowlevel.checkpoint()
+                    yield event
+                    continue
+                if sub.closed:
+                    return
+                await sub.lot.park()
+        finally:
+            self._subs.discard(sub)
+
+
+class _Tee:
+    """Emit to several sinks, each guarded."""
+
+    def __init__(self, *sinks: EventSink | None) -> None:
+        self.sinks = tuple(s for s in sinks if s is not None)
+
+    def emit(self, event: Event) -> None:
+        for s in self.sinks:
+            safe_emit(s, event)
+
+
+def tee(*sinks: EventSink | None) -> EventSink | None:
+    """One sink that forwards to every non-None sink; None when there are none."""
+    real = [s for s in sinks if s is not None]
+    if not real:
+        return None
+    if len(real) == 1:
+        return real[0]
+    return _Tee(*real)

@@ -1,0 +1,243 @@
+"""RunRuntime and RunHandle (spec §5.1; RUN-CMT-6, INV-27, INV-43).
+
+One RunRuntime per SessionWriter per process: the registry of Run actors, the executor,
+the Watcher and the nursery they live in. ``RunHandle`` is the address of one Run; get it
+from :meth:`RunRuntime.run`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from types import TracebackType
+from typing import Any
+
+import trio
+
+from ..protocol.errors import RunAlreadyRunningError, ValidationError
+from ._actor import POKE, ActorStatistics, Request, RunActor
+from ._events import EventHub, EventSink, tee
+from ._results import LoopResult
+from ._settings import Settings
+
+__all__ = ["RunRuntime", "RunHandle"]
+
+_WRITERS_WITH_RUNTIME: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+class RunRuntime:
+    """The in-process owner of a scope's Runs.
+
+    Use as ``async with RunRuntime(writer, executor, settings) as rt:``. Entering opens
+    the nursery that holds the actors and the Watcher; leaving cancels them (settlements
+    in flight finish inside their shielded, time-limited sections).
+
+    Raises:
+        ValidationError: a second RunRuntime for the same writer (§4.5).
+    """
+
+    def __init__(self, writer: Any, executor: Any, settings: Settings | None = None, *,
+                 mailbox_size: int = 16, watcher: Any = None,
+                 sink: EventSink | None = None) -> None:
+        if writer in _WRITERS_WITH_RUNTIME:
+            raise ValidationError("a RunRuntime already exists for this writer",
+                                  scope=getattr(writer, "scope", ""))
+        _WRITERS_WITH_RUNTIME.add(writer)
+        self.writer = writer
+        self.run_store = writer.run_store()
+        self.executor = executor
+        self.settings = settings or Settings()
+        self.mailbox_size = mailbox_size
+        self.hub = EventHub()
+        self._sink = sink
+        self._watcher = watcher if watcher is not None else self.settings.watcher
+        self.watcher: Any = None
+        self._actors: dict[str, RunActor] = {}
+        self._nursery: trio.Nursery | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    @property
+    def scope(self) -> str:
+        return str(self.writer.scope)
+
+    async def __aenter__(self) -> RunRuntime:
+        stack = contextlib.AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            if self._watcher is None:
+                from ..effect import open_watcher
+
+                self.watcher = await stack.enter_async_context(open_watcher(self.executor))
+            else:
+                self.watcher = self._watcher
+            self._nursery = await stack.enter_async_context(trio.open_nursery())
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> bool | None:
+        assert self._stack is not None and self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+        self.hub.close()
+        try:
+            return await self._stack.__aexit__(exc_type, exc, tb)
+        finally:
+            _WRITERS_WITH_RUNTIME.discard(self.writer)
+
+    # -- registry ------------------------------------------------------------------------
+
+    def run(self, run_id: str, *, settings: Settings | None = None) -> RunHandle:
+        """The handle of *run_id* (no actor is started until a request arrives)."""
+        return RunHandle._create(self, run_id, settings or self.settings)
+
+    def live_actors(self) -> frozenset[str]:
+        """Run ids that have an actor now (the slot table; empty when idle, INV-43)."""
+        return frozenset(self._actors)
+
+    def statistics(self) -> tuple[ActorStatistics, ...]:
+        return tuple(a.statistics() for a in self._actors.values())
+
+    def sink_for(self, sink: EventSink | None) -> EventSink | None:
+        return tee(self.hub, self._sink, sink)
+
+    def _actor(self, run_id: str) -> RunActor:
+        actor = self._actors.get(run_id)
+        if actor is None:
+            if self._nursery is None:
+                raise trio.ClosedResourceError("the runtime is not open")
+            actor = RunActor(self, run_id, self.mailbox_size)
+            self._actors[run_id] = actor
+            self._nursery.start_soon(actor.main, name=f"run-actor:{run_id}")
+        return actor
+
+    async def deliver(self, outcome: Any, *, sink: EventSink | None = None) -> LoopResult:
+        """Route *outcome* to its Run's actor by ``outcome.key.run_id`` (RUN-EXE-4)."""
+        return await self.run(outcome.key.run_id).deliver(outcome, sink=sink)
+
+
+class RunHandle:
+    """The address of one Run's actor. Obtain it from :meth:`RunRuntime.run`."""
+
+    def __init__(self, *_: Any, **__: Any) -> None:
+        raise TypeError("RunHandle is obtained from RunRuntime.run()")
+
+    @classmethod
+    def _create(cls, runtime: RunRuntime, run_id: str, settings: Settings) -> RunHandle:
+        self = object.__new__(cls)
+        self._runtime = runtime
+        self.run_id = run_id
+        self.settings = settings
+        return self
+
+    _runtime: RunRuntime
+    run_id: str
+    settings: Settings
+
+    async def _enqueue(self, request: Request, *, driver: bool) -> RunActor:
+        await trio.lowlevel.checkpoint_if_cancelled()  # already cancelled: nothing written
+        actor = self._runtime._actor(self.run_id)
+        if driver:
+            if actor.driver is not None:
+                raise RunAlreadyRunningError("the Run already has a driver", run_id=self.run_id)
+            actor.driver = request
+        actor.operations += 1
+        try:
+            await actor.mailbox.put(request)
+        except BaseException:
+            actor.operations -= 1
+            if actor.driver is request:
+                actor.driver = None
+            actor.mailbox.put_internal_nowait(POKE)  # let an idle actor retire
+            raise
+        return actor
+
+    async def _driver_op(self, kind: str, builder: Any, sink: EventSink | None) -> Any:
+        request = Request(kind, self.settings, sink=sink, builder=builder)
+        actor = await self._enqueue(request, driver=True)
+        try:
+            await request.done.wait()
+        except trio.Cancelled:
+            request.cancelled = True
+            actor.mailbox.put_internal_nowait(POKE)
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(self.settings.drain_timeout):
+                    await request.done.wait()
+            raise
+        if request.error is not None:
+            raise request.error
+        return request.value
+
+    async def drive(self, builder: Any, *, sink: EventSink | None = None) -> LoopResult:
+        """Drive the Run until it ends or needs something from outside (§5.9).
+
+        Checkpoint: always. A drive started in an already-cancelled scope raises at once
+        and writes nothing.
+        Cancellation: the actor starts no further effect, cancels what it dispatched,
+            settles their Outcomes (waiting shielded at most ``settings.drain_timeout``),
+            then trio.Cancelled is re-raised.
+        Returns: FINISHED (with ``result``) or WAITING.
+        Raises:
+            RunAlreadyRunningError: another drive/advance of this Run is in progress.
+            DriveCancelledError: another task called :meth:`cancel_drive`.
+            OwnershipLostError: another writer took over the scope; nothing more settles.
+            PrepareStalledError, ModelUnavailableError, FrozenValueMissingError,
+            DispatchUnknownError, read errors of the executor: see §5.9.
+        """
+        return await self._driver_op("drive", builder, sink)  # type: ignore[no-any-return]
+
+    async def advance(self, builder: Any, *, sink: EventSink | None = None) -> LoopResult:
+        """Do what can be done now without waiting for an effect (§5.5).
+
+        Returns WAITING, FINISHED or DISPATCHED (with the keys). Raises as :meth:`drive`.
+        """
+        return await self._driver_op("advance", builder, sink)  # type: ignore[no-any-return]
+
+    async def _settle_op(self, request: Request) -> Any:
+        actor = await self._enqueue(request, driver=False)
+        try:
+            await request.done.wait()
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(self.settings.settle_timeout):
+                    await request.done.wait()
+            raise
+        del actor
+        if request.error is not None:
+            raise request.error
+        return request.value
+
+    async def deliver(self, outcome: Any, *, sink: EventSink | None = None) -> LoopResult:
+        """Settle *outcome* on this Run's actor and report what happened (§5.8).
+
+        Checkpoint: always, even when the mailbox has room.
+        Cancellation: while waiting for a mailbox slot, nothing has been queued. Once the
+            message is queued, the settlement finishes shielded (at most
+            ``settings.settle_timeout``) and then Cancelled is raised.
+        Returns: DELIVERED, FINISHED, or DROPPED (late, duplicate, stale, unknown Run).
+        Raises:
+            OwnershipLostError: another runtime took over the session.
+            FrozenValueMissingError: ``.result`` is the DELIVERED LoopResult (D-7).
+        """
+        return await self._settle_op(  # type: ignore[no-any-return]
+            Request("deliver", self.settings, sink=sink, outcome=outcome))
+
+    async def redispatch(self, key: Any) -> None:
+        """Offer the Assignment of an EXECUTING target once more (§5.10).
+
+        Raises: EffectNotExecutingError, FrozenValueMissingError, dispatch errors.
+        """
+        await self._settle_op(Request("redispatch", self.settings, key=key))
+
+    def cancel_drive(self) -> None:
+        """Stop the current drive from another task; it raises DriveCancelledError.
+
+        Synchronous, not a checkpoint; does nothing when no drive is in progress.
+        """
+        actor = self._runtime._actors.get(self.run_id)
+        if actor is not None and actor.driver is not None:
+            actor.driver.cancelled = True
+            actor.driver.by_cancel_drive = True
+            actor.mailbox.put_internal_nowait(POKE)

@@ -1,0 +1,100 @@
+"""Loop settings (spec §5.2; RUN-LOP-1, Generation A)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+
+from ..protocol.errors import ValidationError
+from ..protocol.values import (
+    CallID,
+    EffectID,
+    ModelRef,
+    RunID,
+    Scope,
+    StepID,
+    ToolPlacement,
+    ToolRef,
+    ToolScheduling,
+)
+
+if TYPE_CHECKING:
+    from ..effect import TargetRef
+
+__all__ = ["DispatchPolicy", "Settings", "TargetRequest", "TargetResolver", "BeforePrepare"]
+
+
+@attrs.frozen(kw_only=True)
+class TargetRequest:
+    """What a TargetResolver is asked for, once per effect start (RUN-LOP-9)."""
+
+    kind: Literal["model", "tool"]
+    session: Scope
+    run_id: RunID
+    step_id: StepID
+    call_id: CallID = ""
+    effect: EffectID
+    model: ModelRef = ""
+    tool_ref: ToolRef = ""
+    placement: ToolPlacement = ToolPlacement.NONE
+
+
+TargetResolver = Callable[[TargetRequest], Awaitable["TargetRef | None"]]
+#: ``before_prepare(store, hint)`` runs before every Prepare (RUN-LOP-10).
+BeforePrepare = Callable[[Any, Any], Awaitable[None]]
+
+
+def _non_negative(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if value < 0:
+        raise ValidationError(f"{attribute.name} must be >= 0, got {value}")
+
+
+@attrs.frozen(kw_only=True)
+class DispatchPolicy:
+    """Offers of one Assignment: ``retries == 0`` means 3 offers in total; otherwise
+    ``retries`` offers. After the k-th retryable refusal sleep ``backoff × k`` seconds
+    (``backoff == 0`` means 0.05 s)."""
+
+    retries: int = attrs.field(default=0, validator=_non_negative)
+    backoff: float = attrs.field(default=0.0, validator=_non_negative)
+
+    @property
+    def offers(self) -> int:
+        return 3 if self.retries == 0 else self.retries
+
+    def pause(self, refusals: int) -> float:
+        """Seconds to wait after the *refusals*-th retryable refusal."""
+        return (self.backoff or 0.05) * refusals
+
+
+def _scheduling(_: Any, __: Any, value: ToolScheduling) -> None:
+    if not value.is_valid():
+        raise ValidationError(f"invalid scheduling {value!r}", scheduling=value)
+
+
+def _malformed(_: Any, __: Any, value: int) -> None:
+    if not 0 <= value <= 255:
+        raise ValidationError(f"malformed_retries must be in 0..255, got {value}")
+
+
+@attrs.frozen(kw_only=True)
+class Settings:
+    """Per-Run loop settings. Construction refuses invalid values (ValidationError).
+
+    Durations are seconds on trio's clock. ``settle_timeout`` bounds every shielded
+    section [D-2]; ``drain_timeout`` bounds how long a cancelled caller waits [D-1].
+    ``max_tool_calls`` (0 = no budget) is the per-Run tool budget: calls past it are
+    declined with a fact, never started.
+    """
+
+    scheduling: ToolScheduling = attrs.field(default=ToolScheduling(), validator=_scheduling)
+    malformed_retries: int = attrs.field(default=0, validator=_malformed)
+    dispatch: DispatchPolicy = DispatchPolicy()
+    target_resolver: TargetResolver | None = None
+    before_prepare: BeforePrepare | None = None
+    watcher: Any = None
+    settle_timeout: float = attrs.field(default=30.0, validator=_non_negative)
+    drain_timeout: float = attrs.field(default=60.0, validator=_non_negative)
+    max_tool_calls: int = attrs.field(default=0, validator=_non_negative)

@@ -1,0 +1,279 @@
+"""The synchronous log model of one scope (spec §4.7, §4.8; RUN-CMT-2, RUN-CMT-3).
+
+``ScopeLog`` is the reference implementation of a scope's log: an ordered list of
+commits, a commit-id index, streams of typed-envelope events, the epoch, and a
+disposable projection cache. It does no I/O and never awaits, so "evaluate then append"
+is atomic by construction. The memory store wraps it; other stores are held to it by
+the conformance suite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import attrs
+
+from ..protocol._codec import decode_fact, encode_fact
+from ..protocol._evolve import evolve
+from ..protocol.canonical import typed_envelope
+from ..protocol.commit import (
+    Append,
+    CommitRequest,
+    CommitResult,
+    CommitStatus,
+    Replay,
+    Snapshot,
+    create_group,
+    evaluate_commit,
+    fold_run,
+)
+from ..protocol.errors import (
+    FrozenValueMissingError,
+    OwnershipLostError,
+    ProjectionDivergenceError,
+    RunExistsError,
+    RunNotFoundError,
+    ValidationError,
+)
+from ..protocol.facts import EVENT_TYPE_PREFIX, Fact
+from ..protocol.state import MachineState, Open
+from ..protocol.values import AgentInput, CommandID, Digest, NewRun, RunID, RunStatus, Scope
+from .base import ForeignEvent, StoredEvent, check_foreign, run_stream
+
+__all__ = ["ScopeLog", "Commit", "Projection", "FrozenBodies", "check_frozen"]
+
+
+@attrs.frozen
+class Commit:
+    commit_id: str
+    epoch: int
+    events: tuple[StoredEvent, ...]
+
+
+def check_frozen(digest: Digest, data: bytes) -> None:
+    """Raise ValidationError unless ``"sha256:" + sha256(data) == digest`` (RUN-WIR-4)."""
+    if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+        raise ValidationError("frozen body does not hash to its digest", digest=digest)
+
+
+class FrozenBodies:
+    """An in-memory FrozenStore core (synchronous)."""
+
+    def __init__(self) -> None:
+        self._bodies: dict[Digest, bytes] = {}
+
+    def put(self, digest: Digest, data: bytes) -> None:
+        check_frozen(digest, data)
+        self._bodies.setdefault(digest, bytes(data))
+
+    def get(self, digest: Digest) -> bytes:
+        try:
+            return self._bodies[digest]
+        except KeyError:
+            raise FrozenValueMissingError(f"no frozen body {digest}", digest=digest) from None
+
+    def __len__(self) -> int:
+        return len(self._bodies)
+
+
+class Projection:
+    """The machine projection of one writer: active Runs' snapshots (RUN-CMT-2)."""
+
+    def __init__(self, active: dict[RunID, Snapshot] | None = None) -> None:
+        self.active: dict[RunID, Snapshot] = dict(active or {})
+
+    def apply(self, run_id: RunID, snapshot: Snapshot) -> None:
+        if snapshot.state.status is RunStatus.ACTIVE:
+            self.active[run_id] = snapshot
+        else:
+            self.active.pop(run_id, None)
+
+
+class ScopeLog:
+    """One scope's durable log (kept in memory) plus its persisted epoch."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+        self.epoch = 0
+        self.commits: list[Commit] = []
+        self.index: dict[CommandID, Commit] = {}
+        self.streams: dict[str, list[StoredEvent]] = {}
+        #: The durable projection cache: written only when a Run is at Open or ends.
+        self.cache: dict[RunID, Snapshot] = {}
+        #: (run_id, position, "open" | "ended") for every cache write, for observability.
+        self.cache_writes: list[tuple[RunID, int, str]] = []
+
+    # -- ownership -------------------------------------------------------------------
+
+    def open(self) -> tuple[int, Projection]:
+        """Bump the epoch and rebuild a projection from the cache and the log tail."""
+        self.epoch += 1
+        return self.epoch, self.rebuild_projection()
+
+    def check_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            raise OwnershipLostError(
+                f"scope {self.scope!r} is owned by epoch {self.epoch}, not {epoch}",
+                scope=self.scope, epoch=epoch, current_epoch=self.epoch,
+            )
+
+    def rebuild_projection(self) -> Projection:
+        proj = Projection()
+        for stream, events in self.streams.items():
+            if not stream.startswith("run/"):
+                continue
+            run_id = stream[4:]
+            cached = self.cache.get(run_id)
+            if cached is not None and cached.position < len(events):
+                state = cached.state
+                for e in events[cached.position + 1 :]:
+                    state = evolve(state, decode_fact(e.data))
+                snap = Snapshot(state, len(events) - 1)
+            else:
+                snap = Snapshot(self.fold(run_id), len(events) - 1)
+            proj.apply(run_id, snap)
+        return proj
+
+    # -- reads -----------------------------------------------------------------------
+
+    def stream_exists(self, run_id: RunID) -> bool:
+        return run_stream(run_id) in self.streams
+
+    def facts(self, run_id: RunID) -> tuple[Fact, ...]:
+        events = self.streams.get(run_stream(run_id))
+        if events is None:
+            raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+        return tuple(decode_fact(e.data) for e in events)
+
+    def fold(self, run_id: RunID) -> MachineState:
+        return fold_run(self.facts(run_id), run_id=run_id)
+
+    def record(self, run_id: RunID, projection: Projection | None) -> Snapshot:
+        facts = self.facts(run_id)
+        snap = Snapshot(fold_run(facts, run_id=run_id), len(facts) - 1)
+        if projection is not None:
+            cur = projection.active.get(run_id)
+            if cur is not None and cur.position == snap.position and cur.state != snap.state:
+                raise ProjectionDivergenceError(
+                    f"record of {run_id} differs from the projection", run_id=run_id,
+                    record=snap, projection=cur,
+                )
+        return snap
+
+    def load(self, run_id: RunID, projection: Projection) -> Snapshot:
+        snap = projection.active.get(run_id)
+        if snap is not None:
+            return snap
+        return self.record(run_id, None)
+
+    # -- writes ----------------------------------------------------------------------
+
+    def _append(
+        self, commit_id: str, epoch: int, items: Sequence[tuple[str, str, bytes]]
+    ) -> Commit:
+        events = []
+        sizes: dict[str, int] = {}
+        for stream, type_, data in items:
+            base = len(self.streams.get(stream, ())) + sizes.get(stream, 0)
+            sizes[stream] = sizes.get(stream, 0) + 1
+            events.append(StoredEvent(stream, base, type_, data, commit_id, epoch))
+        commit = Commit(commit_id, epoch, tuple(events))
+        for e in events:
+            self.streams.setdefault(e.stream, []).append(e)
+        self.commits.append(commit)
+        self.index[commit_id] = commit
+        return commit
+
+    def _write_cache(self, run_id: RunID, snap: Snapshot) -> None:
+        if snap.state.status is not RunStatus.ACTIVE:
+            self.cache.pop(run_id, None)
+            self.cache_writes.append((run_id, snap.position, "ended"))
+        elif isinstance(snap.state.current, Open):
+            self.cache[run_id] = snap
+            self.cache_writes.append((run_id, snap.position, "open"))
+
+    def commit(self, epoch: int, projection: Projection, request: CommitRequest) -> CommitResult:
+        """Evaluate and append *request* atomically (§4.3); fenced by *epoch*."""
+        self.check_epoch(epoch)
+        run_id = request.envelope.run_id
+        view = _View(self, projection)
+        decision = evaluate_commit(view, request, scope=self.scope)
+        if isinstance(decision, Replay):
+            return CommitResult(CommitStatus.ALREADY_APPLIED, self.load(run_id, projection),
+                                decision.facts)
+        assert isinstance(decision, Append)
+        stream = run_stream(run_id)
+        self._append(
+            request.envelope.id, epoch,
+            [(stream, EVENT_TYPE_PREFIX + f.WIRE_NAME, encode_fact(f)) for f in decision.facts],
+        )
+        projection.apply(run_id, decision.snapshot)
+        self._write_cache(run_id, decision.snapshot)
+        return CommitResult(CommitStatus.ACCEPTED, decision.snapshot, decision.facts)
+
+    def create_run(
+        self, epoch: int, projection: Projection, new_run: NewRun,
+        inputs: Sequence[AgentInput], commit_id: str, extra_events: Sequence[ForeignEvent],
+    ) -> CommitResult:
+        """Append a creation group plus foreign events in one commit (§4.9, D-8)."""
+        self.check_epoch(epoch)
+        if not commit_id:
+            raise ValidationError("create_run needs a commit id")
+        prior = self.index.get(commit_id)
+        if prior is not None:
+            facts = tuple(
+                decode_fact(e.data) for e in prior.events if e.stream == run_stream(new_run.run_id)
+            )
+            return CommitResult(CommitStatus.ALREADY_APPLIED,
+                                self.load(new_run.run_id, projection), facts)
+        if self.stream_exists(new_run.run_id):
+            raise RunExistsError(f"run {new_run.run_id} exists", run_id=new_run.run_id)
+        group = create_group(new_run, inputs)
+        check_foreign(extra_events)
+        stream = run_stream(new_run.run_id)
+        items = [(stream, EVENT_TYPE_PREFIX + f.WIRE_NAME, encode_fact(f)) for f in group]
+        items += [(e.stream, e.type, typed_envelope(e.type, e.payload)) for e in extra_events]
+        state = fold_run(group, run_id=new_run.run_id)
+        self._append(commit_id, epoch, items)
+        snap = Snapshot(state, len(group) - 1)
+        projection.apply(new_run.run_id, snap)
+        self._write_cache(new_run.run_id, snap)
+        return CommitResult(CommitStatus.ACCEPTED, snap, group)
+
+    def append_events(
+        self, epoch: int, commit_id: str, events: Sequence[ForeignEvent]
+    ) -> CommitStatus:
+        """Append foreign events under *commit_id*; a known id replays (§4.8)."""
+        self.check_epoch(epoch)
+        if not commit_id:
+            raise ValidationError("append_events needs a commit id")
+        if commit_id in self.index:
+            return CommitStatus.ALREADY_APPLIED
+        check_foreign(events)
+        if not events:
+            raise ValidationError("append_events needs at least one event")
+        self._append(commit_id, epoch,
+                     [(e.stream, e.type, typed_envelope(e.type, e.payload)) for e in events])
+        return CommitStatus.ACCEPTED
+
+
+class _View:
+    """``CommitView`` over a ScopeLog and one writer's projection."""
+
+    def __init__(self, log: ScopeLog, projection: Projection) -> None:
+        self._log = log
+        self._projection = projection
+
+    def replay_facts(self, command_id: CommandID, run_id: RunID) -> tuple[Fact, ...] | None:
+        commit = self._log.index.get(command_id)
+        if commit is None:
+            return None
+        stream = run_stream(run_id)
+        return tuple(decode_fact(e.data) for e in commit.events if e.stream == stream)
+
+    def active(self, run_id: RunID) -> Snapshot | None:
+        return self._projection.active.get(run_id)
+
+    def stream_exists(self, run_id: RunID) -> bool:
+        return self._log.stream_exists(run_id)

@@ -1,0 +1,132 @@
+"""Store ports (spec §4.1, §4.8, §4.10; RUN-CMT-1, RUN-CMT-6, RUN-WIR-4).
+
+A ``SessionStore`` opens scopes. Opening bumps the scope's persisted epoch and returns a
+``SessionWriter``: this process is now the scope's single writer and every append carries
+that epoch. A stale epoch is refused with ``OwnershipLostError`` and writes nothing.
+Reads (``SessionReader.record``) need no ownership.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot
+from ..protocol.errors import ValidationError
+from ..protocol.facts import EVENT_TYPE_PREFIX, Fact
+from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
+
+__all__ = [
+    "ForeignEvent", "StoredEvent", "FrozenStore", "RunStore", "SessionWriter",
+    "SessionReader", "SessionStore", "RUN_STREAM_PREFIX", "run_stream", "check_foreign",
+]
+
+RUN_STREAM_PREFIX = "run/"
+
+
+def run_stream(run_id: RunID) -> str:
+    """The stream name of a Run's facts: ``run/<RunID>``."""
+    return RUN_STREAM_PREFIX + run_id
+
+
+@attrs.frozen
+class ForeignEvent:
+    """An event of another module, appended through the same writer and epoch."""
+
+    stream: str
+    type: str
+    payload: Any
+
+
+def check_foreign(events: Sequence[ForeignEvent]) -> None:
+    """Refuse ``run/`` streams and ``twilight/run/`` types (RUN-SCP-2) with ValidationError."""
+    for e in events:
+        if not e.stream or not e.type:
+            raise ValidationError("foreign event needs a stream and a type", event=e)
+        if e.stream.startswith(RUN_STREAM_PREFIX) or e.type.startswith(EVENT_TYPE_PREFIX):
+            raise ValidationError("foreign events may not write Run streams or types", event=e)
+
+
+@attrs.frozen
+class StoredEvent:
+    """One stored event: ``data`` is the typed-envelope bytes (§2.12)."""
+
+    stream: str
+    index: int
+    type: str
+    data: bytes
+    commit_id: str
+    epoch: int
+
+
+class FrozenStore(Protocol):
+    """Content-addressed bodies (RUN-WIR-4): ``sha256(data) == digest`` always."""
+
+    async def put(self, digest: Digest, data: bytes) -> None:
+        """Store *data* under *digest*; idempotent. ValidationError on a mismatch."""
+
+    async def get(self, digest: Digest) -> bytes:
+        """The bytes stored under *digest*; FrozenValueMissingError if absent."""
+
+
+class RunStore(Protocol):
+    """The transactional port of the Run module, bound to a writer (RUN-CMT-1)."""
+
+    @property
+    def scope(self) -> Scope: ...
+
+    async def load(self, run_id: RunID) -> Snapshot:
+        """The projection's snapshot (or the ended snapshot); RunNotFoundError."""
+
+    async def commit(self, request: CommitRequest) -> CommitResult:
+        """Freeze bodies, then evaluate and append atomically (§4.2, §4.3)."""
+
+    async def frozen_request(self, digest: Digest) -> ModelRequest:
+        """The frozen model request; FrozenValueMissingError."""
+
+
+@runtime_checkable
+class SessionReader(Protocol):
+    async def record(self, run_id: RunID) -> Snapshot:
+        """Fold the Run's log (authoritative); RunNotFoundError; ProjectionDivergenceError."""
+
+    async def run_facts(self, run_id: RunID) -> tuple[Fact, ...]:
+        """Every fact of the Run, decoded strictly."""
+
+
+class SessionWriter(Protocol):
+    scope: Scope
+    epoch: int
+
+    def run_store(self) -> RunStore: ...
+
+    def projection(self) -> dict[RunID, Snapshot]:
+        """Read-only copy of the active Runs' snapshots."""
+
+    async def create_run(
+        self,
+        new_run: NewRun,
+        inputs: Sequence[AgentInput] = (),
+        *,
+        commit_id: str,
+        extra_events: Sequence[ForeignEvent] = (),
+    ) -> CommitResult: ...
+
+    async def append_events(self, commit_id: str, events: Sequence[ForeignEvent]) -> CommitStatus:
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class SessionStore(Protocol):
+    async def open(self, scope: Scope) -> SessionWriter:
+        """Bump the scope's epoch and return its writer (rebuilding the projection)."""
+
+    async def reader(self, scope: Scope) -> SessionReader: ...
+
+    @property
+    def frozen(self) -> FrozenStore: ...
+
+

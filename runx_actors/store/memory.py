@@ -1,0 +1,181 @@
+"""The in-memory store: the reference every other store is held to (spec §4; RUN-CMP-2).
+
+All state lives in :class:`~runx_actors.store._scope.ScopeLog` objects, which never
+await, so every commit is atomic. Each public coroutine is a checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import trio
+
+from ..protocol.canonical import decode_frozen
+from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot
+from ..protocol.digests import model_request_from_json
+from ..protocol.errors import ValidationError
+from ..protocol.facts import Fact
+from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
+from ._freeze import bodies_of
+from ._scope import FrozenBodies, Projection, ScopeLog
+from .base import ForeignEvent
+
+__all__ = ["MemoryStore", "MemoryFrozenStore", "MemoryWriter", "MemoryRunStore", "MemoryReader"]
+
+
+class MemoryFrozenStore:
+    """FrozenStore kept in a dict (RUN-WIR-4)."""
+
+    def __init__(self) -> None:
+        self.bodies = FrozenBodies()
+
+    async def put(self, digest: Digest, data: bytes) -> None:
+        """Store *data* under *digest*. Checkpoint. Raises ValidationError on a mismatch."""
+        await trio.lowlevel.checkpoint()
+        self.bodies.put(digest, data)
+
+    async def get(self, digest: Digest) -> bytes:
+        """Checkpoint. Raises FrozenValueMissingError if absent."""
+        await trio.lowlevel.checkpoint()
+        return self.bodies.get(digest)
+
+
+class MemoryStore:
+    """A SessionStore in memory. ``scope_log(scope)`` exposes the log for tests."""
+
+    def __init__(self) -> None:
+        self._scopes: dict[Scope, ScopeLog] = {}
+        self._live: dict[Scope, Projection] = {}
+        self._frozen = MemoryFrozenStore()
+
+    @property
+    def frozen(self) -> MemoryFrozenStore:
+        return self._frozen
+
+    def scope_log(self, scope: Scope) -> ScopeLog:
+        log = self._scopes.get(scope)
+        if log is None:
+            log = self._scopes[scope] = ScopeLog(scope)
+        return log
+
+    async def open(self, scope: Scope) -> MemoryWriter:
+        """Bump *scope*'s epoch and return its writer (RUN-CMT-6). Checkpoint."""
+        await trio.lowlevel.checkpoint()
+        if not scope:
+            raise ValidationError("scope must be non-empty")
+        epoch, projection = self.scope_log(scope).open()
+        self._live[scope] = projection
+        return MemoryWriter(self, scope, epoch, projection)
+
+    async def reader(self, scope: Scope) -> MemoryReader:
+        await trio.lowlevel.checkpoint()
+        return MemoryReader(self, scope)
+
+    def live_projection(self, scope: Scope) -> Projection | None:
+        return self._live.get(scope)
+
+    async def cached_projection(self, scope: Scope) -> dict[RunID, Snapshot]:
+        """The durable projection cache of *scope* (for tests and diagnostics). Checkpoint."""
+        await trio.lowlevel.checkpoint()
+        return dict(self.scope_log(scope).cache)
+
+
+class MemoryReader:
+    """Reads need no ownership (§4.5)."""
+
+    def __init__(self, store: MemoryStore, scope: Scope) -> None:
+        self._store = store
+        self.scope = scope
+
+    async def record(self, run_id: RunID) -> Snapshot:
+        """Fold the Run's log; RunNotFoundError; ProjectionDivergenceError. Checkpoint."""
+        await trio.lowlevel.checkpoint()
+        log = self._store.scope_log(self.scope)
+        return log.record(run_id, self._store.live_projection(self.scope))
+
+    async def run_facts(self, run_id: RunID) -> tuple[Fact, ...]:
+        await trio.lowlevel.checkpoint()
+        return self._store.scope_log(self.scope).facts(run_id)
+
+
+class MemoryWriter(MemoryReader):
+    """The single writer of a scope at one epoch."""
+
+    def __init__(self, store: MemoryStore, scope: Scope, epoch: int, projection: Projection):
+        super().__init__(store, scope)
+        self.epoch = epoch
+        self._projection = projection
+        self._run_store = MemoryRunStore(self)
+
+    @property
+    def log(self) -> ScopeLog:
+        return self._store.scope_log(self.scope)
+
+    def run_store(self) -> MemoryRunStore:
+        return self._run_store
+
+    def projection(self) -> dict[RunID, Snapshot]:
+        return dict(self._projection.active)
+
+    def active_runs(self) -> tuple[RunID, ...]:
+        return tuple(self._projection.active)
+
+    async def create_run(
+        self,
+        new_run: NewRun,
+        inputs: Sequence[AgentInput] = (),
+        *,
+        commit_id: str,
+        extra_events: Sequence[ForeignEvent] = (),
+    ) -> CommitResult:
+        """Create a Run (RUN-NEW-1, D-8). Checkpoint.
+
+        Raises: OwnershipLostError, RunExistsError, ValidationError.
+        """
+        await trio.lowlevel.checkpoint()
+        return self.log.create_run(self.epoch, self._projection, new_run, inputs, commit_id,
+                                   extra_events)
+
+    async def append_events(self, commit_id: str, events: Sequence[ForeignEvent]) -> CommitStatus:
+        """Append foreign events (§4.8). Raises OwnershipLostError, ValidationError."""
+        await trio.lowlevel.checkpoint()
+        return self.log.append_events(self.epoch, commit_id, events)
+
+    async def commit(self, request: CommitRequest) -> CommitResult:
+        return await self._run_store.commit(request)
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+class MemoryRunStore:
+    """RunStore bound to a MemoryWriter (RUN-CMT-1)."""
+
+    def __init__(self, writer: MemoryWriter) -> None:
+        self._writer = writer
+
+    @property
+    def scope(self) -> Scope:
+        return self._writer.scope
+
+    async def load(self, run_id: RunID) -> Snapshot:
+        """Snapshot from the projection, or the ended snapshot. RunNotFoundError."""
+        await trio.lowlevel.checkpoint()
+        return self._writer.log.load(run_id, self._writer._projection)
+
+    async def commit(self, request: CommitRequest) -> CommitResult:
+        """Freeze bodies (§4.2), then evaluate and append atomically (§4.3). Checkpoint.
+
+        Raises: OwnershipLostError (fenced; nothing written), RunNotFoundError,
+        RunTerminalError, CommandConflictError, StaleRuntimeError.
+        """
+        for digest, data in bodies_of(request.envelope.command):
+            await self._writer._store.frozen.put(digest, data)
+        await trio.lowlevel.checkpoint()
+        w = self._writer
+        return w.log.commit(w.epoch, w._projection, request)
+
+    async def frozen_request(self, digest: Digest) -> ModelRequest:
+        """The frozen model request. Raises FrozenValueMissingError."""
+        data = await self._writer._store.frozen.get(digest)
+        return model_request_from_json(decode_frozen("model_request", digest, data))
