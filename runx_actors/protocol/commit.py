@@ -232,7 +232,7 @@ def evaluate_commit(
         raise CommandConflictError("envelope type does not name its command",
                                    command=command, reason="envelope")
     # 4. Effect present.
-    if isinstance(command, C.EFFECT_COMMANDS) and not command.effect:  # type: ignore[union-attr]
+    if isinstance(command, C.EFFECT_COMMANDS) and not command.effect:
         raise CommandConflictError("start/settlement/recovery without an effect",
                                    command=command, reason="effect missing")
     # 5. Derived id.

@@ -167,8 +167,8 @@ class RunActor:
         def deliver(outcome: Any) -> None:
             self.mailbox.put_internal_nowait(_OutcomeArrived(key, outcome))
 
-        def fail(error: BaseException) -> None:
-            self.mailbox.put_internal_nowait(_ReadFailed(key, error))
+        def fail(failed_key: Any, error: BaseException) -> None:
+            self.mailbox.put_internal_nowait(_ReadFailed(failed_key, error))
 
         return self.runtime.watcher.watch(key, deliver=deliver, fail=fail)
 

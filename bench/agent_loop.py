@@ -1,0 +1,245 @@
+"""Agent-loop benchmark: iterations/s of real Run actors, beside raw peers.
+
+One *iteration* is one model call plus one tool call, with instant executors (a model
+that answers from memory, an async tool that returns at once), so the figure measures
+runx-actors itself: commits, folds, the actor, the Watcher and the executor plumbing.
+
+Printed in one invocation, so the figures are comparable:
+
+* memory store and SQLite store, 1 run and 100 concurrent runs;
+* raw trio memory-channel round trips (the floor of any actor hand-off);
+* raw SQLite commits (WAL, synchronous=FULL), one row per transaction;
+* RSS per waiting Run actor, measured over 10,000 Runs whose drive is parked on an
+  Outcome (the actor task, its mailbox, its Watcher registration and the executor's
+  record for the in-flight call).
+
+Usage: ``python bench/agent_loop.py [--iterations N] [--runs N] [--idle N] [--json]``.
+Targets live in bench/RESULTS.md; this script never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from typing import Any
+
+import trio
+from rich.console import Console
+from rich.table import Table
+
+from runx_actors.executors import open_local_executor, python_tool
+from runx_actors.protocol.canonical import canonical_json_text
+from runx_actors.protocol.plan import Prompt
+from runx_actors.protocol.values import ModelRequest, ModelResult, ModelToolCall, Usage
+from runx_actors.runtime import LoopDisposition, Settings, open_runtime
+from runx_actors.store.memory import MemoryStore
+
+
+class CountingModel:
+    """Calls the tool ``iterations`` times per Run, then answers with text."""
+
+    def __init__(self, iterations: int) -> None:
+        self.iterations = iterations
+        self.calls: dict[str, int] = {}
+
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        run = json.loads(request.body)["run"]
+        n = self.calls.get(run, 0)
+        self.calls[run] = n + 1
+        await trio.lowlevel.checkpoint()
+        if n < self.iterations:
+            return ModelResult(tool_calls=(ModelToolCall(id=f"c{n}", name="noop",
+                                                         arguments="{}"),),
+                               usage=Usage(1, 1))
+        return ModelResult(content="done", usage=Usage(1, 1))
+
+
+class BodyBuilder:
+    """A constant-size prompt (no transcript), so the loop itself is what is measured."""
+
+    def __init__(self, tool: Any) -> None:
+        self.tool = tool
+
+    async def build(self, hint: Any) -> Prompt:
+        request = ModelRequest("bench", (self.tool.definition,),
+                               canonical_json_text({"run": hint.run_id}))
+        return Prompt(request=request, input_ids=tuple(i.id for i in hint.inputs),
+                      tools=(self.tool.spec(),))
+
+
+async def _noop() -> dict[str, bool]:
+    return {"ok": True}
+
+
+@contextlib.asynccontextmanager
+async def _store(kind: str, path: str) -> Any:
+    if kind == "memory":
+        yield MemoryStore()
+    else:
+        from runx_actors.store.sqlite import open_sqlite_store
+
+        async with open_sqlite_store(path) as store:
+            yield store
+
+
+async def loop_rate(kind: str, runs: int, iterations: int, workdir: str) -> dict[str, Any]:
+    """Drive *runs* Runs concurrently, *iterations* each; return the measured figures."""
+    tool = python_tool(_noop, ref="noop")
+    model = CountingModel(iterations)
+    path = os.path.join(workdir, f"loop-{kind}-{runs}.sqlite3")
+    async with _store(kind, path) as store, \
+            open_local_executor(tools=[tool], models={"bench": model}) as ex, \
+            open_runtime(store, ex, scope=f"bench-{runs}", builder=BodyBuilder(tool),
+                         settings=Settings()) as rt:
+        for i in range(runs):
+            await rt.create_run(f"run-{i}", ["go"])
+        finished = 0
+
+        async def one(run_id: str) -> None:
+            nonlocal finished
+            result = await rt.drive(run_id)
+            if result.disposition is LoopDisposition.FINISHED:
+                finished += 1
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for i in range(runs):
+                nursery.start_soon(one, f"run-{i}")
+        elapsed = time.perf_counter() - start
+    total = runs * iterations
+    return {"store": kind, "runs": runs, "iterations": total, "seconds": elapsed,
+            "iterations_per_s": total / elapsed, "finished": finished}
+
+
+async def channel_round_trips(n: int) -> float:
+    """Ping-pong round trips per second between two tasks over trio memory channels."""
+    ping_s, ping_r = trio.open_memory_channel[int](0)
+    pong_s, pong_r = trio.open_memory_channel[int](0)
+
+    async def echo() -> None:
+        async for x in ping_r:
+            await pong_s.send(x)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(echo)
+        start = time.perf_counter()
+        for i in range(n):
+            await ping_s.send(i)
+            await pong_r.receive()
+        elapsed = time.perf_counter() - start
+        await ping_s.aclose()
+    return n / elapsed
+
+
+def sqlite_commits(path: str, n: int) -> float:
+    """Raw single-row INSERT + COMMIT per second (WAL, synchronous=FULL)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, data BLOB)")
+    start = time.perf_counter()
+    for i in range(n):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO t (data) VALUES (?)", (b"x" * 200,))
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return n / elapsed
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def idle_actor_rss(n: int) -> dict[str, Any]:
+    """RSS growth per Run whose drive waits on an in-flight tool call."""
+    gate = trio.Event()
+
+    async def blocked() -> dict[str, bool]:
+        await gate.wait()
+        return {"ok": True}
+
+    tool = python_tool(blocked, ref="noop")
+    model = CountingModel(1)
+    store = MemoryStore()
+    async with open_local_executor(tools=[tool], models={"bench": model}) as ex, \
+            open_runtime(store, ex, scope="idle", builder=BodyBuilder(tool)) as rt:
+        for i in range(n):
+            await rt.create_run(f"run-{i}", ["go"])
+        gc.collect()
+        before = _rss_bytes()
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                nursery.start_soon(rt.drive, f"run-{i}")
+            while sum(1 for s in rt.runtime.statistics() if s.keys_in_flight) < n:
+                await trio.sleep(0.01)
+            gc.collect()
+            after = _rss_bytes()
+            live = len(rt.runtime.live_actors())
+            gate.set()
+    return {"runs": n, "live_actors": live, "rss_before": before, "rss_after": after,
+            "bytes_per_actor": (after - before) / n}
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {"loops": []}
+    with tempfile.TemporaryDirectory() as workdir:
+        for kind in args.stores:
+            for runs in (1, args.runs):
+                iterations = args.iterations if runs == 1 else max(1, args.iterations // 10)
+                results["loops"].append(await loop_rate(kind, runs, iterations, workdir))
+        results["trio_channel_round_trips_per_s"] = await channel_round_trips(20000)
+        results["sqlite_raw_commits_per_s"] = sqlite_commits(
+            os.path.join(workdir, "raw.sqlite3"), 2000)
+    if args.idle:
+        results["idle"] = await idle_actor_rss(args.idle)
+    return results
+
+
+def _print(results: dict[str, Any]) -> None:
+    console = Console()
+    table = Table(title="agent loop: iterations/s (1 model call + 1 tool call each)")
+    for col in ("store", "runs", "iterations", "seconds", "iterations/s", "finished"):
+        table.add_column(col, justify="right")
+    for r in results["loops"]:
+        table.add_row(r["store"], str(r["runs"]), str(r["iterations"]),
+                      f"{r['seconds']:.2f}", f"{r['iterations_per_s']:,.0f}",
+                      str(r["finished"]))
+    console.print(table)
+    peers = Table(title="peers measured in the same run")
+    peers.add_column("what")
+    peers.add_column("per second", justify="right")
+    peers.add_row("trio memory-channel round trips",
+                  f"{results['trio_channel_round_trips_per_s']:,.0f}")
+    peers.add_row("raw SQLite commits (WAL, synchronous=FULL)",
+                  f"{results['sqlite_raw_commits_per_s']:,.0f}")
+    console.print(peers)
+    if "idle" in results:
+        idle = results["idle"]
+        console.print(f"waiting Run actors: {idle['runs']:,} live={idle['live_actors']:,} "
+                      f"RSS +{(idle['rss_after'] - idle['rss_before']) / 2**20:.1f} MiB "
+                      f"= {idle['bytes_per_actor'] / 1024:.2f} KiB per actor")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--idle", type=int, default=10000)
+    parser.add_argument("--stores", nargs="+", default=["memory", "sqlite"])
+    parser.add_argument("--json", action="store_true")
+    ns = parser.parse_args()
+    out = trio.run(main, ns)
+    if ns.json:
+        json.dump(out, sys.stdout, indent=2)
+        print()
+    else:
+        _print(out)
