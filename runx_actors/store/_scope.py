@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
 from ..protocol._codec import decode_fact, encode_fact
 from ..protocol._evolve import evolve
-from ..protocol.canonical import typed_envelope
+from ..protocol.canonical import read_envelope, typed_envelope
 from ..protocol.commit import (
     Append,
     CommitRequest,
@@ -39,9 +40,9 @@ from ..protocol.errors import (
 from ..protocol.facts import EVENT_TYPE_PREFIX, Fact
 from ..protocol.state import MachineState, Open
 from ..protocol.values import AgentInput, CommandID, Digest, NewRun, RunID, RunStatus, Scope
-from .base import ForeignEvent, StoredEvent, check_foreign, run_stream
+from .base import ForeignEvent, StoredEvent, StreamRecord, check_foreign, run_stream
 
-__all__ = ["ScopeLog", "Commit", "Projection", "FrozenBodies", "check_frozen"]
+__all__ = ["ScopeLog", "Commit", "Projection", "FrozenBodies", "check_frozen", "integral_ints"]
 
 
 @attrs.frozen
@@ -55,6 +56,17 @@ def check_frozen(digest: Digest, data: bytes) -> None:
     """Raise ValidationError unless ``"sha256:" + sha256(data) == digest`` (RUN-WIR-4)."""
     if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
         raise ValidationError("frozen body does not hash to its digest", digest=digest)
+
+
+def integral_ints(value: Any) -> Any:
+    """Turn integral floats (as strict parsing yields them) back into ints, recursively."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53 - 1:
+        return int(value)
+    if isinstance(value, list):
+        return [integral_ints(v) for v in value]
+    if isinstance(value, dict):
+        return {k: integral_ints(v) for k, v in value.items()}
+    return value
 
 
 class FrozenBodies:
@@ -145,6 +157,15 @@ class ScopeLog:
         if events is None:
             raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
         return tuple(decode_fact(e.data) for e in events)
+
+    def read_stream(self, stream: str) -> tuple[StreamRecord, ...]:
+        """Decoded events of *stream* (foreign or run), in order."""
+        out = []
+        for e in self.streams.get(stream, ()):
+            _, payload = read_envelope(e.data, record=e.type)
+            out.append(StreamRecord(e.stream, e.index, e.type, integral_ints(payload),
+                                    e.commit_id, e.epoch))
+        return tuple(out)
 
     def fold(self, run_id: RunID) -> MachineState:
         return fold_run(self.facts(run_id), run_id=run_id)

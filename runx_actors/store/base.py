@@ -19,7 +19,7 @@ from ..protocol.facts import EVENT_TYPE_PREFIX, Fact
 from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
 
 __all__ = [
-    "ForeignEvent", "StoredEvent", "FrozenStore", "RunStore", "SessionWriter",
+    "ForeignEvent", "StoredEvent", "StreamRecord", "FrozenStore", "RunStore", "SessionWriter",
     "SessionReader", "SessionStore", "RUN_STREAM_PREFIX", "run_stream", "check_foreign",
 ]
 
@@ -61,6 +61,18 @@ class StoredEvent:
     epoch: int
 
 
+@attrs.frozen
+class StreamRecord:
+    """A decoded event of a (foreign) stream: what ``read_stream`` returns."""
+
+    stream: str
+    index: int
+    type: str
+    payload: Any
+    commit_id: str
+    epoch: int
+
+
 class FrozenStore(Protocol):
     """Content-addressed bodies (RUN-WIR-4): ``sha256(data) == digest`` always."""
 
@@ -94,6 +106,9 @@ class SessionReader(Protocol):
 
     async def run_facts(self, run_id: RunID) -> tuple[Fact, ...]:
         """Every fact of the Run, decoded strictly."""
+
+    async def read_stream(self, stream: str) -> tuple[StreamRecord, ...]:
+        """Every event of *stream* in order, payloads decoded (empty if no such stream)."""
 
 
 class SessionWriter(Protocol):

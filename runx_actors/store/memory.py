@@ -18,7 +18,7 @@ from ..protocol.facts import Fact
 from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
 from ._freeze import bodies_of
 from ._scope import FrozenBodies, Projection, ScopeLog
-from .base import ForeignEvent
+from .base import ForeignEvent, StreamRecord
 
 __all__ = ["MemoryStore", "MemoryFrozenStore", "MemoryWriter", "MemoryRunStore", "MemoryReader"]
 
@@ -94,8 +94,14 @@ class MemoryReader:
         return log.record(run_id, self._store.live_projection(self.scope))
 
     async def run_facts(self, run_id: RunID) -> tuple[Fact, ...]:
+        """Every fact of the Run, decoded strictly. RunNotFoundError. Checkpoint."""
         await trio.lowlevel.checkpoint()
         return self._store.scope_log(self.scope).facts(run_id)
+
+    async def read_stream(self, stream: str) -> tuple[StreamRecord, ...]:
+        """Every event of *stream*, payloads decoded; () for an unknown stream."""
+        await trio.lowlevel.checkpoint()
+        return self._store.scope_log(self.scope).read_stream(stream)
 
 
 class MemoryWriter(MemoryReader):

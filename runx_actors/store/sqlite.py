@@ -1,0 +1,394 @@
+"""The embedded default store: SQLite with group commit (architecture §4; spec §4).
+
+``async with open_sqlite_store(path) as store:`` opens (or creates) the database file,
+starts the store's writer thread and stops it on exit. The store implements
+``SessionStore``: ``await store.open(scope)`` bumps the scope's epoch and returns a
+:class:`SqliteWriter`; ``await store.reader(scope)`` returns a :class:`SqliteReader`;
+``store.frozen`` is the FrozenStore.
+
+Threads: one writer thread owns the write connection and group-commits the jobs of every
+writer (see ``_sqlite_writer``). Reads run in trio worker threads on their own
+connections, bounded by a ``CapacityLimiter``. Nothing blocks the trio thread.
+
+Durability: WAL, ``synchronous=FULL``; a caller is answered only after the transaction
+holding its commit returned from ``COMMIT``.
+
+Ownership: the epoch lives in the ``scopes`` table; every append transaction
+(``BEGIN IMMEDIATE``) compares the writer's epoch with the persisted one first, so the
+fencing also holds between processes sharing the file (RUN-CMT-6, INV-28).
+
+Cancellation of writes: a write is queued without a checkpoint in between, so a
+cancellation that arrives first leaves nothing queued. Once queued, the write is carried
+out whether or not the caller keeps waiting: a caller cancelled while waiting gets
+``Cancelled`` and does not learn the result (which may be ACCEPTED). Callers that must
+know — settlements — wait inside a shielded scope, or repeat the same command id, which
+replays.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from ..protocol.canonical import decode_frozen
+from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot
+from ..protocol.digests import model_request_from_json
+from ..protocol.errors import ProjectionDivergenceError, ValidationError
+from ..protocol.facts import Fact
+from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
+from . import _sqlite_log as log
+from ._freeze import bodies_of
+from ._scope import check_frozen
+from ._sqlite_schema import DEFAULT_BUSY_TIMEOUT, connect, ensure_schema
+from ._sqlite_writer import (
+    AppendJob,
+    CommitJob,
+    CreateJob,
+    Job,
+    OpenJob,
+    PutJob,
+    WriterState,
+    WriterStatistics,
+    WriterThread,
+)
+from .base import ForeignEvent, StreamRecord
+
+__all__ = [
+    "open_sqlite_store", "SqliteStore", "SqliteWriter", "SqliteReader", "SqliteRunStore",
+    "SqliteFrozenStore", "WriterStatistics",
+]
+
+T = TypeVar("T")
+
+
+class _ReaderPool:
+    """Read-only connections used from trio worker threads, one call at a time each."""
+
+    def __init__(self, path: str, size: int, busy_timeout: float) -> None:
+        self._path = path
+        self._busy_timeout = busy_timeout
+        self._limiter = trio.CapacityLimiter(size)
+        self._lock = threading.Lock()
+        self._idle: list[Any] = []
+        self._closed = False
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(conn, *args)`` in a worker thread. Checkpoint.
+
+        Cancellation: while waiting for the limiter nothing has run; once the read runs it
+        is not abandoned: it completes (reads are short), its result is returned, and the
+        cancellation is delivered at the caller's next checkpoint.
+        """
+        if self._closed:
+            raise trio.ClosedResourceError("the store is closed")
+        return await trio.to_thread.run_sync(self._call, fn, args, limiter=self._limiter)
+
+    def _call(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = connect(self._path, busy_timeout=self._busy_timeout, readonly=True)
+        try:
+            return fn(conn, *args)
+        finally:
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                else:
+                    self._idle.append(conn)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+class SqliteFrozenStore:
+    """FrozenStore in the ``frozen`` table (RUN-WIR-4)."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    async def put(self, digest: Digest, data: bytes) -> None:
+        """Store *data* under *digest* durably; idempotent. Checkpoint.
+
+        Raises:
+            ValidationError: ``sha256(data)`` is not *digest* (nothing queued).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        check_frozen(digest, data)
+        await self._store._submit(PutJob(digest, bytes(data)))
+
+    async def get(self, digest: Digest) -> bytes:
+        """The stored bytes. Checkpoint. Raises FrozenValueMissingError if absent."""
+        return await self._store._readers.run(log.frozen_get, digest)
+
+
+class SqliteStore:
+    """A SessionStore in one SQLite file. Obtain it from :func:`open_sqlite_store`."""
+
+    def __init__(self, path: str, writer: WriterThread, readers: _ReaderPool) -> None:
+        self.path = path
+        self._writer = writer
+        self._readers = readers
+        self._frozen = SqliteFrozenStore(self)
+        self._live: dict[Scope, WriterState] = {}
+        self._closed = False
+
+    @property
+    def frozen(self) -> SqliteFrozenStore:
+        return self._frozen
+
+    @property
+    def writer_thread(self) -> threading.Thread:
+        """The thread that owns the write connection (started and stopped by the store)."""
+        return self._writer.thread
+
+    def statistics(self) -> WriterStatistics:
+        """Counters of the writer thread (transactions, jobs, group sizes)."""
+        return self._writer.statistics()
+
+    def set_before_commit_hook(self, hook: Callable[[], None] | None) -> None:
+        """Test hook run in the writer thread right before each ``COMMIT``."""
+        self._writer.before_commit = hook
+
+    async def _submit(self, job: Job[T]) -> T:
+        """Queue *job* for the writer thread and wait for its answer. Checkpoint.
+
+        Cancellation: see the module docstring (queued means it will be carried out).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._closed:
+            raise trio.ClosedResourceError("the store is closed")
+        self._writer.submit(job)
+        await job.done.wait()
+        return job.outcome()
+
+    async def open(self, scope: Scope) -> SqliteWriter:
+        """Bump *scope*'s persisted epoch and return its writer (RUN-CMT-6). Checkpoint.
+
+        The projection is rebuilt from the durable cache plus the log tail, in the same
+        transaction as the bump. Every earlier writer of the scope, in this process or
+        another, is fenced from now on.
+
+        Cancellation: before the request is queued nothing happens; once queued the bump
+        is carried out even if the caller is cancelled (earlier writers are then fenced
+        and the new writer is simply not returned).
+
+        Raises: ValidationError (empty scope), CorruptRecordError, CorruptLogError.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if not scope:
+            raise ValidationError("scope must be non-empty")
+        epoch, projection = await self._submit(OpenJob(scope))
+        ws = WriterState(scope, epoch, projection)
+        self._live[scope] = ws
+        return SqliteWriter(self, ws)
+
+    async def reader(self, scope: Scope) -> SqliteReader:
+        """A reader of *scope*; needs no ownership. Checkpoint."""
+        await trio.lowlevel.checkpoint()
+        return SqliteReader(self, scope)
+
+    async def cached_projection(self, scope: Scope) -> dict[RunID, Snapshot]:
+        """The durable projection cache of *scope* (for tests and diagnostics)."""
+        return await self._readers.run(log.read_cache, scope)
+
+    async def scope_epoch(self, scope: Scope) -> int:
+        """The persisted epoch of *scope* (0 if never opened). Checkpoint."""
+        return await self._readers.run(log.read_epoch, scope)
+
+    async def aclose(self) -> None:
+        """Stop the writer thread after the queued jobs, and close every connection.
+
+        Checkpoint. Idempotent. Runs shielded: cancellation is delivered afterwards.
+        """
+        with trio.CancelScope(shield=True):
+            if not self._closed:
+                self._closed = True
+                self._writer.stop()
+                await trio.to_thread.run_sync(self._writer.thread.join)
+                self._readers.close()
+            await trio.lowlevel.checkpoint()
+
+
+@asynccontextmanager
+async def open_sqlite_store(
+    path: str | Path,
+    *,
+    readers: int = 4,
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    max_group: int = 512,
+) -> AsyncIterator[SqliteStore]:
+    """Open the SQLite store at *path* (created if missing) for the duration of the block.
+
+    Starts the writer thread (it owns the write connection) and stops it on exit, after
+    it has finished the queued jobs. *readers* bounds concurrent read connections;
+    *max_group* bounds how many jobs share one transaction.
+
+    Raises:
+        SchemaVersionError: the file holds an unknown schema version or is not a store.
+    """
+    if readers < 1 or max_group < 1:
+        raise ValidationError("readers and max_group must be positive")
+    name = str(path)
+    conn = await trio.to_thread.run_sync(_open_writer_connection, name, busy_timeout)
+    writer = WriterThread(conn, trio.lowlevel.current_trio_token(), max_group=max_group)
+    writer.start()
+    store = SqliteStore(name, writer, _ReaderPool(name, readers, busy_timeout))
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+def _open_writer_connection(path: str, busy_timeout: float) -> Any:
+    conn = connect(path, busy_timeout=busy_timeout)
+    try:
+        ensure_schema(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class SqliteReader:
+    """Reads of one scope; need no ownership (§4.5)."""
+
+    def __init__(self, store: SqliteStore, scope: Scope) -> None:
+        self._store = store
+        self.scope = scope
+
+    async def record(self, run_id: RunID) -> Snapshot:
+        """Fold the Run's log: the authoritative read (RUN-CMT-2). Checkpoint.
+
+        Raises:
+            RunNotFoundError: no such Run in this scope.
+            ProjectionDivergenceError: the Run is active, the projection of this
+                process's current writer is at the same head, and the states differ.
+            CorruptRecordError: a stored row does not decode (names Run and position).
+        """
+        snap = await self._store._readers.run(log.record, self.scope, run_id)
+        live = self._store._live.get(self.scope)
+        if live is not None:
+            cur = live.get(run_id)
+            if cur is not None and cur.position == snap.position and cur.state != snap.state:
+                raise ProjectionDivergenceError(
+                    f"record of {run_id} differs from the projection", run_id=run_id,
+                    record=snap, projection=cur,
+                )
+        return snap
+
+    async def run_facts(self, run_id: RunID) -> tuple[Fact, ...]:
+        """Every fact of the Run, decoded strictly. Checkpoint.
+
+        Raises: RunNotFoundError, CorruptRecordError.
+        """
+        return await self._store._readers.run(log.run_facts, self.scope, run_id)
+
+    async def read_stream(self, stream: str) -> tuple[StreamRecord, ...]:
+        """Every event of *stream*, payloads decoded; () for an unknown stream.
+
+        Raises: CorruptRecordError.
+        """
+        return await self._store._readers.run(log.read_stream, self.scope, stream)
+
+
+class SqliteWriter(SqliteReader):
+    """The single writer of a scope at one epoch (obtained from ``SqliteStore.open``)."""
+
+    def __init__(self, store: SqliteStore, ws: WriterState) -> None:
+        super().__init__(store, ws.scope)
+        self.epoch = ws.epoch
+        self._ws = ws
+        self._run_store = SqliteRunStore(self)
+
+    def run_store(self) -> SqliteRunStore:
+        return self._run_store
+
+    def projection(self) -> dict[RunID, Snapshot]:
+        """A copy of the active Runs' snapshots (not a checkpoint)."""
+        return self._ws.copy()
+
+    def active_runs(self) -> tuple[RunID, ...]:
+        return tuple(self._ws.copy())
+
+    async def create_run(
+        self,
+        new_run: NewRun,
+        inputs: Sequence[AgentInput] = (),
+        *,
+        commit_id: str,
+        extra_events: Sequence[ForeignEvent] = (),
+    ) -> CommitResult:
+        """Create a Run plus *extra_events* in one commit (RUN-NEW-1, D-8). Checkpoint.
+
+        Cancellation: see the module docstring.
+        Raises: OwnershipLostError (nothing written), RunExistsError, ValidationError.
+        """
+        return await self._store._submit(
+            CreateJob(self._ws, new_run, inputs, commit_id, extra_events)
+        )
+
+    async def append_events(self, commit_id: str, events: Sequence[ForeignEvent]) -> CommitStatus:
+        """Append foreign events under *commit_id* (§4.8). Checkpoint.
+
+        Raises: OwnershipLostError (nothing written), ValidationError (``run/`` streams,
+        ``twilight/run/`` types, no events, empty commit id).
+        """
+        return await self._store._submit(AppendJob(self._ws, commit_id, events))
+
+    async def commit(self, request: CommitRequest) -> CommitResult:
+        return await self._run_store.commit(request)
+
+    async def aclose(self) -> None:
+        """Nothing to release (the store owns the connections). Checkpoint."""
+        await trio.lowlevel.checkpoint()
+
+
+class SqliteRunStore:
+    """RunStore bound to a SqliteWriter (RUN-CMT-1)."""
+
+    def __init__(self, writer: SqliteWriter) -> None:
+        self._writer = writer
+
+    @property
+    def scope(self) -> Scope:
+        return self._writer.scope
+
+    async def load(self, run_id: RunID) -> Snapshot:
+        """The projection's snapshot, or the ended snapshot folded from the log.
+
+        Checkpoint. Raises RunNotFoundError, CorruptRecordError.
+        """
+        snap = self._writer._ws.get(run_id)
+        if snap is not None:
+            await trio.lowlevel.checkpoint()
+            return snap
+        return await self._writer._store._readers.run(log.record, self.scope, run_id)
+
+    async def commit(self, request: CommitRequest) -> CommitResult:
+        """Freeze bodies (§4.2), then evaluate and append in a group transaction (§4.3).
+
+        Checkpoint. The bodies are stored in the same transaction, before the facts.
+        Cancellation: see the module docstring — once queued, the commit is carried out.
+        Raises: OwnershipLostError (fenced; nothing written), RunNotFoundError,
+        RunTerminalError, CommandConflictError, StaleRuntimeError, or an ``sqlite3``
+        error when the transaction failed (unknown outcome: replay once).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        bodies = bodies_of(request.envelope.command)
+        ws = self._writer._ws
+        return await self._writer._store._submit(CommitJob(ws, request, bodies))
+
+    async def frozen_request(self, digest: Digest) -> ModelRequest:
+        """The frozen model request. Checkpoint. Raises FrozenValueMissingError."""
+        data = await self._writer._store.frozen.get(digest)
+        return model_request_from_json(decode_frozen("model_request", digest, data))

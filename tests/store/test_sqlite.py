@@ -1,0 +1,434 @@
+"""SQLite-specific behaviour: schema, corruption, two processes, group commit, durability."""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from runx_actors.protocol.commit import CommitRequest, CommitResult, CommitStatus, envelope
+from runx_actors.protocol.errors import (
+    CommandConflictError,
+    CorruptRecordError,
+    OwnershipLostError,
+    RunNotFoundError,
+    SchemaVersionError,
+    StaleRuntimeError,
+)
+from runx_actors.protocol.values import NewRun, RunStatus
+from runx_actors.store.sqlite import SqliteStore, SqliteWriter, open_sqlite_store
+from runx_actors.testing import builders as b
+from runx_actors.testing.builders import Built
+
+SCOPE = "s"
+TIMEOUT = 30.0
+
+
+async def _create(w: SqliteWriter, run_id: str, *inputs: str) -> CommitResult:
+    return await w.create_run(NewRun(run_id), [b.agent_input(i) for i in inputs],
+                              commit_id=f"create:{run_id}")
+
+
+async def _commit(w: SqliteWriter, run_id: str, built: Built, base: int | None = None
+                  ) -> CommitResult:
+    rs = w.run_store()
+    if base is None:
+        base = (await rs.load(run_id)).position
+    return await rs.commit(CommitRequest(base, envelope(run_id, *built)))
+
+
+def _raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(str(path), isolation_level=None)
+
+
+class _Gate:
+    """A before-commit hook that holds the writer thread's transaction open."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self) -> None:
+        self.reached.set()
+        if not self.release.wait(TIMEOUT):
+            raise RuntimeError("gate never released")
+
+    async def wait_reached(self) -> None:
+        assert await trio.to_thread.run_sync(self.reached.wait, TIMEOUT)
+
+
+# -- schema and corruption ---------------------------------------------------------------
+
+
+async def test_unknown_schema_version(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    async with open_sqlite_store(path) as store:
+        await store.open(SCOPE)
+    with _raw(path) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    with pytest.raises(SchemaVersionError) as err:
+        async with open_sqlite_store(path):
+            pass  # pragma: no cover
+    assert err.value.found == 99  # type: ignore[attr-defined]
+
+
+async def test_foreign_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    with _raw(path) as conn:
+        conn.execute("CREATE TABLE notes (x)")
+    with pytest.raises(SchemaVersionError):
+        async with open_sqlite_store(path):
+            pass  # pragma: no cover
+
+
+async def test_corrupt_row_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    async with open_sqlite_store(path) as store:
+        w = await store.open(SCOPE)
+        await _create(w, "run-1", "in-1", "in-2")
+        await _create(w, "run-2", "in-1")
+    with _raw(path) as conn:
+        conn.execute("UPDATE events SET data = x'7631' WHERE stream = 'run/run-1' AND idx = 2")
+        conn.execute("UPDATE events SET type = 'twilight/run/run_ended' "
+                     "WHERE stream = 'run/run-2' AND idx = 1")
+    async with open_sqlite_store(path) as store:
+        reader = await store.reader(SCOPE)
+        with pytest.raises(CorruptRecordError) as err:
+            await reader.record("run-1")
+        assert (err.value.run_id, err.value.position) == ("run-1", 2)  # type: ignore[attr-defined]
+        with pytest.raises(CorruptRecordError) as err:
+            await reader.run_facts("run-2")
+        assert (err.value.run_id, err.value.position) == ("run-2", 1)  # type: ignore[attr-defined]
+
+
+async def test_corrupt_cache_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    async with open_sqlite_store(path) as store:
+        w = await store.open(SCOPE)
+        await _create(w, "run-1", "in-1")
+        snap = (await w.run_store().load("run-1"))
+        await _commit(w, "run-1", b.prepare(snap.state, snap.position))
+        expected = w.projection()
+    with _raw(path) as conn:
+        assert conn.execute("UPDATE projection_cache SET state = x'00'").rowcount == 1
+    async with open_sqlite_store(path) as store:
+        w = await store.open(SCOPE)
+        assert w.projection() == expected
+
+
+# -- durability across reopen --------------------------------------------------------------
+
+
+async def test_reopen_rebuilds_projection_and_keeps_epoch(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    async with open_sqlite_store(path) as store:
+        w = await store.open(SCOPE)
+        await _create(w, "open", "in-1")
+        await _create(w, "mid", "in-1")
+        snap = await w.run_store().load("mid")
+        await _commit(w, "mid", b.prepare(snap.state, snap.position))
+        await _commit(w, "mid", b.start_model((await w.run_store().load("mid")).state))
+        await _create(w, "ended")
+        await _commit(w, "ended", b.cancel(command_id="cancel:ended"))
+        expected, epoch = w.projection(), w.epoch
+    async with open_sqlite_store(path) as store:
+        assert await store.scope_epoch(SCOPE) == epoch
+        w = await store.open(SCOPE)
+        assert w.epoch == epoch + 1
+        assert w.projection() == expected
+        assert set(w.active_runs()) == {"open", "mid"}
+        ended = await w.run_store().load("ended")
+        assert ended.state.status is RunStatus.STOPPED
+
+
+# -- the writer thread ---------------------------------------------------------------------
+
+
+async def test_writer_thread_is_owned(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "db") as store:
+        thread = store.writer_thread
+        assert thread.is_alive() and thread.name == "runx-sqlite-writer"
+        w = await store.open(SCOPE)
+    assert not thread.is_alive()
+    with pytest.raises(trio.ClosedResourceError):
+        await _create(w, "run-1")
+
+
+async def _runs(store: SqliteStore, n: int) -> SqliteWriter:
+    w = await store.open(SCOPE)
+    for i in range(n):
+        await _create(w, f"run-{i}", "in-1")
+    return w
+
+
+async def test_group_commit_groups_and_answers_after_commit(tmp_path: Path) -> None:
+    """50 concurrent commits of 50 Runs share at most two transactions, and no caller is
+    answered before the transaction holding its commit is visible to another connection."""
+    path = tmp_path / "db"
+    async with open_sqlite_store(path) as store:
+        w = await _runs(store, 50)
+        gate = _Gate()
+        store.set_before_commit_hook(gate)
+        before = store.statistics()
+        answered: list[str] = []
+
+        def visible(command_id: str) -> bool:
+            with _raw(path) as conn:
+                row = conn.execute("SELECT 1 FROM commits WHERE commit_id = ?",
+                                   (command_id,)).fetchone()
+            return row is not None
+
+        async def one(i: int) -> None:
+            run_id = f"run-{i}"
+            built = b.accept_input((await w.run_store().load(run_id)).state, "in-2")
+            result = await _commit(w, run_id, built)
+            assert result.status is CommitStatus.ACCEPTED
+            # Answered only after COMMIT: another connection already sees the commit.
+            assert await trio.to_thread.run_sync(visible, built[0])
+            answered.append(run_id)
+
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for i in range(50):
+                    nursery.start_soon(one, i)
+                await gate.wait_reached()
+                await trio.testing.wait_all_tasks_blocked()
+                # The first group's transaction is held open: nobody is answered, and
+                # its commits are invisible to other connections.
+                assert answered == []
+                assert not await trio.to_thread.run_sync(visible, b.accept_input(
+                    (await w.run_store().load("run-0")).state, "in-2")[0])
+                store.set_before_commit_hook(None)
+                gate.release.set()
+        after = store.statistics()
+        assert sorted(answered) == sorted(f"run-{i}" for i in range(50))
+        assert after.transactions - before.transactions <= 2
+        assert after.largest_group >= 25
+        assert after.accepted - before.accepted == 50
+
+
+async def test_refused_request_does_not_affect_its_group(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "db") as store:
+        w = await _runs(store, 4)
+        states = {f"run-{i}": await w.run_store().load(f"run-{i}") for i in range(4)}
+        gate = _Gate()
+        store.set_before_commit_hook(gate)
+        outcomes: dict[str, object] = {}
+
+        async def attempt(run_id: str, built: Built, base: int) -> None:
+            try:
+                outcomes[run_id] = (await _commit(w, run_id, built, base)).status
+            except Exception as exc:
+                outcomes[run_id] = type(exc)
+
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(attempt, "run-0",
+                                   b.accept_input(states["run-0"].state, "x"), 0)
+                await gate.wait_reached()
+                s1, s2, s3 = states["run-1"], states["run-2"], states["run-3"]
+                nursery.start_soon(attempt, "run-1", b.prepare(s1.state, 0), 0)  # stale
+                nursery.start_soon(attempt, "run-2", b.accept_input(s2.state, "y"), 0)
+                nursery.start_soon(attempt, "run-3", b.accept_input(s3.state, "in-1"), 0)
+                await trio.testing.wait_all_tasks_blocked()
+                before = store.statistics()
+                store.set_before_commit_hook(None)
+                gate.release.set()
+        assert outcomes == {
+            "run-0": CommitStatus.ACCEPTED, "run-1": StaleRuntimeError,
+            "run-2": CommitStatus.ACCEPTED, "run-3": CommandConflictError,
+        }
+        after = store.statistics()
+        assert after.transactions - before.transactions == 2
+        positions = {r: (await (await store.reader(SCOPE)).record(r)).position for r in states}
+        assert positions == {"run-0": 2, "run-1": 1, "run-2": 2, "run-3": 1}
+
+
+async def test_one_run_twice_in_one_group(tmp_path: Path) -> None:
+    """Jobs of one group see each other: a duplicate replays, a second command builds on
+    the first one's snapshot (the running view)."""
+    async with open_sqlite_store(tmp_path / "db") as store:
+        w = await _runs(store, 2)
+        state = (await w.run_store().load("run-1")).state
+        gate = _Gate()
+        store.set_before_commit_hook(gate)
+        results: list[CommitResult] = []
+
+        async def send(built: Built, run_id: str = "run-1") -> None:
+            results.append(await _commit(w, run_id, built, base=0))
+
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(send, b.accept_input(
+                    (await w.run_store().load("run-0")).state, "x"), "run-0")
+                await gate.wait_reached()
+                before = store.statistics()
+                for built in (b.accept_input(state, "a"), b.accept_input(state, "a"),
+                              b.accept_input(state, "b")):
+                    nursery.start_soon(send, built)
+                    await trio.testing.wait_all_tasks_blocked()
+                store.set_before_commit_hook(None)
+                gate.release.set()
+        assert store.statistics().transactions - before.transactions == 2
+        by_status = sorted((r.status.value, r.snapshot.position) for r in results[1:])
+        # Queued in the order a, a, b: the duplicate replays against the running view.
+        assert by_status == [("accepted", 2), ("accepted", 3), ("already_applied", 2)]
+        record = await w.record("run-1")
+        assert [i.id for i in record.state.pending_inputs] == ["in-1", "a", "b"]
+        assert w.projection()["run-1"] == record
+
+
+async def test_failed_transaction_writes_nothing(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "db") as store:
+        w = await _runs(store, 1)
+        snap = await w.run_store().load("run-0")
+        built = b.accept_input(snap.state, "in-2")
+
+        def explode() -> None:
+            raise RuntimeError("disk on fire")
+
+        store.set_before_commit_hook(explode)
+        with pytest.raises(RuntimeError, match="disk on fire"):
+            await _commit(w, "run-0", built)
+        store.set_before_commit_hook(None)
+        assert w.projection()["run-0"] == snap
+        assert (await w.record("run-0")) == snap
+        assert store.statistics().failed_transactions == 1
+        # Unknown outcome → replay once with the same id: it was not applied.
+        assert (await _commit(w, "run-0", built)).status is CommitStatus.ACCEPTED
+
+
+async def test_cancelled_caller_commit_still_happens(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "db") as store:
+        w = await _runs(store, 1)
+        built = b.accept_input((await w.run_store().load("run-0")).state, "in-2")
+        # Cancelled before it is queued: nothing happens.
+        jobs = store.statistics().jobs
+        with trio.CancelScope() as early:
+            early.cancel()
+            await _commit(w, "run-0", built, base=1)
+        assert early.cancelled_caught
+        assert store.statistics().jobs == jobs
+        assert (await w.run_store().load("run-0")).position == 1
+
+        gate = _Gate()
+        store.set_before_commit_hook(gate)
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                scope = trio.CancelScope()
+
+                async def caller() -> None:
+                    with scope:
+                        await _commit(w, "run-0", built, base=1)
+
+                nursery.start_soon(caller)
+                await gate.wait_reached()
+                scope.cancel()
+                await trio.testing.wait_all_tasks_blocked()
+                store.set_before_commit_hook(None)
+                gate.release.set()
+        assert scope.cancelled_caught
+        # Queued means carried out: the replay reports it.
+        with trio.fail_after(TIMEOUT):
+            replay = await _commit(w, "run-0", built)
+        assert replay.status is CommitStatus.ALREADY_APPLIED
+        assert replay.snapshot.position == 2
+
+
+# -- two processes -------------------------------------------------------------------------
+
+_OPEN_ONLY = textwrap.dedent("""
+    import sys, trio
+    from runx_actors.store.sqlite import open_sqlite_store
+
+    async def main(path):
+        async with open_sqlite_store(path) as store:
+            w = await store.open("s")
+            print(w.epoch, flush=True)
+
+    trio.run(main, sys.argv[1])
+""")
+
+_OPEN_WAIT_COMMIT = textwrap.dedent("""
+    import sys, trio
+    from runx_actors.protocol.errors import OwnershipLostError
+    from runx_actors.protocol.values import NewRun
+    from runx_actors.store.sqlite import open_sqlite_store
+
+    async def main(path):
+        async with open_sqlite_store(path) as store:
+            w = await store.open("s")
+            print("opened", w.epoch, flush=True)
+            await trio.to_thread.run_sync(sys.stdin.readline)
+            try:
+                await w.create_run(NewRun("run-b"), [], commit_id="create:run-b")
+                print("accepted", flush=True)
+            except OwnershipLostError as exc:
+                print("fenced", exc.epoch, exc.current_epoch, flush=True)
+
+    trio.run(main, sys.argv[1])
+""")
+
+
+async def test_other_process_open_fences_our_writer(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    async with open_sqlite_store(path) as store:
+        w = await _runs(store, 1)
+        snap = await w.run_store().load("run-0")
+        with trio.fail_after(TIMEOUT):
+            proc = await trio.run_process([sys.executable, "-c", _OPEN_ONLY, str(path)],
+                                          capture_stdout=True)
+        assert int(proc.stdout) == w.epoch + 1
+        with pytest.raises(OwnershipLostError) as lost:
+            await _commit(w, "run-0", b.prepare(snap.state, snap.position))
+        assert lost.value.current_epoch == w.epoch + 1  # type: ignore[attr-defined]
+        with pytest.raises(OwnershipLostError):
+            await _create(w, "run-x")
+        # Nothing was written; the old owner can still read.
+        assert (await w.record("run-0")) == snap
+        with _raw(path) as conn:
+            assert conn.execute("SELECT count(*) FROM commits").fetchone()[0] == 1
+            assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 2
+
+
+async def _read_line(stream: trio.abc.ReceiveStream, buffer: bytearray) -> str:
+    while b"\n" not in buffer:
+        chunk = await stream.receive_some()
+        if not chunk:
+            raise EOFError(bytes(buffer))
+        buffer += chunk
+    line, _, rest = bytes(buffer).partition(b"\n")
+    buffer[:] = rest
+    return line.decode()
+
+
+async def test_our_open_fences_other_process(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    async with open_sqlite_store(path) as store:
+        await store.open(SCOPE)
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                proc = await nursery.start(functools.partial(
+                    trio.run_process, [sys.executable, "-c", _OPEN_WAIT_COMMIT, str(path)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, check=True,
+                ))
+                assert proc.stdin is not None and proc.stdout is not None
+                buffer = bytearray()
+                opened = (await _read_line(proc.stdout, buffer)).split()
+                assert opened == ["opened", "2"]
+                ours = await store.open(SCOPE)
+                assert ours.epoch == 3
+                await proc.stdin.send_all(b"go\n")
+                assert (await _read_line(proc.stdout, buffer)).split() == ["fenced", "2", "3"]
+                await proc.stdin.aclose()
+        with pytest.raises(RunNotFoundError):
+            await (await store.reader(SCOPE)).record("run-b")
+        assert (await _create(ours, "run-b")).status is CommitStatus.ACCEPTED
