@@ -138,7 +138,11 @@ class CanonicalJSONError(ValidationError):
 
 class DecodeError(ValidationError):
     """A wire record (fact, command, frozen body) does not decode strictly. Attributes:
-    ``record`` (the type/wire name being decoded) and ``reason``."""
+    ``record`` (the type/wire name being decoded) and ``reason``; the codec adds
+    ``errors``, one ``"<problem> @ <JSON path>"`` entry per failure."""
+
+    record: str
+    reason: str
 
 
 class RunExistsError(RunxError):
