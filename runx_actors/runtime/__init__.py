@@ -21,8 +21,8 @@ from ._events import Event as Event
 from ._events import EventHub as EventHub
 from ._events import EventKind as EventKind
 from ._events import EventSink as EventSink
-from ._ledger import DispatchLedger as DispatchLedger
 from ._ledger import Dispatched as Dispatched
+from ._ledger import DispatchLedger as DispatchLedger
 from ._ledger import DispatchPlanned as DispatchPlanned
 from ._ledger import GivenUp as GivenUp
 from ._ledger import LedgerAppendStatus as LedgerAppendStatus

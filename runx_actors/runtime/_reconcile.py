@@ -40,11 +40,8 @@ __all__ = [
 ]
 
 
-class Verdict(enum.Enum):
-    KEEP = "keep"
-    DEFER = "defer"
-    REDISPATCH = "redispatch"
-    DISPOSE = "dispose"
+#: The takeover verdicts are the effect vocabulary's (spec §6.4, §6.10).
+Verdict = effect.Verdict
 
 
 class MissingPolicy(enum.Enum):
@@ -83,14 +80,6 @@ def assignment_from_target(scope: str, state: MachineState, target: RecoveryTarg
     return effect.Assignment(session=scope, run_id=target.run_id, step_id=target.step_id,
                              call_id=target.call_id, effect=target.effect, target=None,
                              body=body)
-
-
-_ATTACH_VERDICT = {
-    effect.AttachmentState.ACTIVE: Verdict.KEEP,
-    effect.AttachmentState.TERMINAL: Verdict.KEEP,
-    effect.AttachmentState.ORPHANED: Verdict.DEFER,
-    effect.AttachmentState.ABORTED: Verdict.DISPOSE,
-}
 
 
 class Reconciler:
@@ -145,9 +134,9 @@ class Reconciler:
                 if decision is not None:
                     return decision
             return await self._abort_then_dispose(assignment, target)
-        verdict = _ATTACH_VERDICT.get(st)
-        if verdict is None:
+        if not isinstance(st, effect.AttachmentState):
             raise ValidationError(f"unknown attachment state {st!r}", state=st)
+        verdict = st.verdict
         if verdict is Verdict.DEFER and isinstance(self.executor, effect.Recoverer):
             await self.executor.recover_execution(assignment.key)
         return Decision(target, verdict, st.value)

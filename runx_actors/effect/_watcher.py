@@ -1,0 +1,433 @@
+"""The Watcher: wait for many keys' Outcomes with one subscription plus reads (spec §6.8).
+
+RUN-EXE-17: reads are kept apart from notifications. One settlement subscription per
+executor serves every key; a notice only prompts a read. Each key is read when it is
+registered, whenever a notice names it, after each (re)subscription and every ``poll``
+seconds. Non-definitive read errors never reach a registration (INV-34).
+
+Shape of the tasks: one subscription task (only when the port is a
+:class:`~runx_actors.effect.SettlementPort`) and one task per watched key, all in the
+nursery given to :class:`Watcher` (or opened by :func:`open_watcher`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import attrs
+import trio
+
+from ..protocol.errors import (
+    ExecutionNotFoundError,
+    OutcomeNotReadyError,
+    OutcomeUnavailableError,
+    SettlementsEvictedError,
+    ValidationError,
+)
+from ._assignment import Assignment, AssignmentKey
+from ._outcome import Outcome
+from ._port import ExecutionPort, Recoverer, SettlementPort
+from ._status import AttachmentState
+
+__all__ = [
+    "DeliverCallback",
+    "FailCallback",
+    "Registration",
+    "WatcherStatistics",
+    "Watcher",
+    "open_watcher",
+]
+
+_log = logging.getLogger("runx_actors.effect.watcher")
+
+#: ``deliver(outcome)``: synchronous, must not block.
+DeliverCallback = Callable[[Outcome], None]
+#: ``fail(key, error)``: synchronous, must not block; ``error`` is a definitive read error.
+FailCallback = Callable[[AssignmentKey, Exception], None]
+
+
+@attrs.frozen(kw_only=True)
+class WatcherStatistics:
+    """A snapshot of a Watcher's counters (for tests and diagnostics).
+
+    ``keys``: keys being watched; ``registrations``: live registrations; ``subscribed``:
+    a settlement subscription is currently open; ``epoch``: the last executor epoch seen;
+    ``reads``/``probes``/``recoveries``: ``get_outcome`` calls, ``attach`` probes and
+    ``recover_execution`` requests made so far.
+    """
+
+    keys: int
+    registrations: int
+    subscribed: bool
+    epoch: str
+    reads: int
+    probes: int
+    recoveries: int
+
+
+def _check_settings(poll: float, reconnect_pause: float, probe: float) -> None:
+    if not (poll > 0 and math.isfinite(poll)):
+        raise ValidationError("poll must be a finite number > 0", poll=poll)
+    if not (reconnect_pause >= 0 and math.isfinite(reconnect_pause)):
+        raise ValidationError("reconnect_pause must be >= 0", reconnect_pause=reconnect_pause)
+    if probe == 0 or math.isnan(probe):
+        raise ValidationError("probe must be > 0 (or negative to disable)", probe=probe)
+
+
+class _KeyState:
+    """Per-key bookkeeping; touched only from the trio thread."""
+
+    __slots__ = ("assignment", "key", "next_probe", "recover_requested", "registrations",
+                 "scope", "transient", "wake")
+
+    def __init__(self, key: AssignmentKey, assignment: Assignment | None,
+                 next_probe: float) -> None:
+        self.key = key
+        self.assignment = assignment
+        self.registrations: list[Registration] = []
+        self.wake = trio.Event()
+        self.scope = trio.CancelScope()
+        self.transient = 0
+        self.next_probe = next_probe
+        self.recover_requested = False
+
+
+class Registration:
+    """One ``watch`` of one key; obtained from :meth:`Watcher.watch` only."""
+
+    __slots__ = ("_active", "_deliver", "_fail", "_state", "_watcher")
+
+    def __init__(self, watcher: Watcher, state: _KeyState, deliver: DeliverCallback,
+                 fail: FailCallback) -> None:
+        self._watcher = watcher
+        self._state = state
+        self._deliver = deliver
+        self._fail = fail
+        self._active = True
+
+    @property
+    def key(self) -> AssignmentKey:
+        """The watched key."""
+        return self._state.key
+
+    @property
+    def active(self) -> bool:
+        """False once delivered, failed, cancelled or the Watcher closed."""
+        return self._active
+
+    def cancel(self) -> None:
+        """Drop this registration (idempotent, not a checkpoint).
+
+        An Outcome read after this returns is delivered to nobody through it. When the
+        key has no registration left, its reads stop.
+        """
+        if not self._active:
+            return
+        self._active = False
+        self._watcher._drop(self)
+
+    def __repr__(self) -> str:
+        return f"<Registration {self._state.key!r} active={self._active}>"
+
+
+class Watcher:
+    """Waits for many keys' Outcomes of one executor (RUN-EXE-17, spec §6.8).
+
+    Construct it with a nursery that outlives it (``Watcher(port, nursery=n)``), or use
+    ``async with open_watcher(port) as watcher``. Times are seconds of trio's clock.
+
+    * ``poll`` (> 0): every key is read at least this often.
+    * ``reconnect_pause`` (≥ 0): pause before resubscribing after the stream failed or
+      ended; also the unit of the back-off for transient read errors (retried after
+      ``reconnect_pause * consecutive failures``, capped at ``poll``).
+    * ``probe``: a key waiting longer than this is ``attach``-ed; if ORPHANED and the port
+      is a Recoverer, ``recover_execution`` is requested once per orphaned episode
+      (re-armed after the key is seen ACTIVE). Negative disables the probe; 0 is refused.
+
+    Raises ``ValidationError`` for out-of-range settings.
+    """
+
+    def __init__(self, port: ExecutionPort, *, nursery: trio.Nursery, poll: float = 30.0,
+                 reconnect_pause: float = 1.0, probe: float = 15.0) -> None:
+        _check_settings(poll, reconnect_pause, probe)
+        self._port = port
+        self._nursery = nursery
+        self._poll = float(poll)
+        self._reconnect_pause = float(reconnect_pause)
+        self._probe_after = float(probe)
+        self._keys: dict[AssignmentKey, _KeyState] = {}
+        self._waiters: dict[trio.Event, list[Outcome | BaseException]] = {}
+        self._closed = False
+        self._subscribed = False
+        self._epoch = ""
+        self._reads = 0
+        self._probes = 0
+        self._recoveries = 0
+        self._sub_scope = trio.CancelScope()
+        if isinstance(port, SettlementPort):
+            nursery.start_soon(self._subscribe, port, name="runx-watcher-subscription")
+
+    # -- public API ---------------------------------------------------------------------
+
+    @property
+    def port(self) -> ExecutionPort:
+        """The executor this Watcher reads."""
+        return self._port
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`aclose`."""
+        return self._closed
+
+    def watch(self, key: AssignmentKey, deliver: DeliverCallback, fail: FailCallback, *,
+              assignment: Assignment | None = None) -> Registration:
+        """Register interest in *key*'s Outcome. Synchronous; never blocks.
+
+        The Outcome is handed once to ``deliver`` of every registration of the key (one
+        read fans out), then the registrations are dropped. Definitive read errors
+        (``ExecutionNotFoundError``, ``OutcomeUnavailableError`` and its subclasses) go to
+        ``fail(key, error)``. ``assignment`` (digest-level is enough) is what the orphan
+        probe passes to ``attach``; without it a key-only Assignment is used.
+
+        Raises:
+            trio.ClosedResourceError: the Watcher is closed.
+        """
+        if self._closed:
+            raise trio.ClosedResourceError("the Watcher is closed")
+        state = self._keys.get(key)
+        if state is None:
+            next_probe = (trio.current_time() + self._probe_after
+                          if self._probe_after > 0 else math.inf)
+            state = _KeyState(key, assignment, next_probe)
+            self._keys[key] = state
+            self._nursery.start_soon(self._watch_key, state, name=f"runx-watch {key.effect}")
+        elif assignment is not None and state.assignment is None:
+            state.assignment = assignment
+        registration = Registration(self, state, deliver, fail)
+        state.registrations.append(registration)
+        return registration
+
+    async def await_outcome(self, key: AssignmentKey, *,
+                            assignment: Assignment | None = None) -> Outcome:
+        """Wait for *key*'s Outcome.
+
+        Checkpoint: always.
+        Cancellation: the registration is dropped; nothing else changes.
+        Raises:
+            ExecutionNotFoundError, OutcomeUnavailableError (and subclasses): definitive
+                read errors (§6.7).
+            trio.ClosedResourceError: the Watcher is (or became) closed.
+        """
+        box: list[Outcome | BaseException] = []
+        done = trio.Event()
+
+        def deliver(outcome: Outcome) -> None:
+            box.append(outcome)
+            done.set()
+
+        def fail(_key: AssignmentKey, error: Exception) -> None:
+            box.append(error)
+            done.set()
+
+        registration = self.watch(key, deliver, fail, assignment=assignment)
+        self._waiters[done] = box
+        try:
+            await done.wait()
+        finally:
+            self._waiters.pop(done, None)
+            registration.cancel()
+        result = box[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    async def aclose(self) -> None:
+        """Stop every read, the subscription and every registration (idempotent).
+
+        Registrations are dropped without calling their callbacks; pending
+        :meth:`await_outcome` calls raise ``trio.ClosedResourceError``.
+
+        Checkpoint: always. Cancellation: the Watcher is closed before the checkpoint.
+        """
+        self._close()
+        await trio.lowlevel.checkpoint()
+
+    def statistics(self) -> WatcherStatistics:
+        """A frozen snapshot of the counters (not a checkpoint)."""
+        return WatcherStatistics(
+            keys=len(self._keys),
+            registrations=sum(len(s.registrations) for s in self._keys.values()),
+            subscribed=self._subscribed,
+            epoch=self._epoch,
+            reads=self._reads,
+            probes=self._probes,
+            recoveries=self._recoveries,
+        )
+
+    # -- internals (synchronous helpers never checkpoint) ---------------------------------
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._sub_scope.cancel()
+        states = list(self._keys.values())
+        self._keys.clear()
+        for state in states:
+            for registration in state.registrations:
+                registration._active = False
+            state.registrations.clear()
+            state.scope.cancel()
+        waiters = list(self._waiters.items())
+        self._waiters.clear()
+        for done, box in waiters:
+            if not box:
+                box.append(trio.ClosedResourceError("the Watcher closed"))
+            done.set()
+
+    def _drop(self, registration: Registration) -> None:
+        state = registration._state
+        try:
+            state.registrations.remove(registration)
+        except ValueError:
+            return
+        if not state.registrations and self._keys.get(state.key) is state:
+            del self._keys[state.key]
+            state.scope.cancel()
+
+    def _finish(self, state: _KeyState, result: Outcome | Exception) -> None:
+        """Hand *result* to every live registration of *state*, then forget the key."""
+        if self._keys.get(state.key) is not state:
+            return  # cancelled or closed meanwhile: delivered to nobody
+        del self._keys[state.key]
+        registrations = list(state.registrations)
+        state.registrations.clear()
+        for registration in registrations:
+            registration._active = False
+            try:
+                if isinstance(result, Outcome):
+                    registration._deliver(result)
+                else:
+                    registration._fail(state.key, result)
+            except Exception:
+                _log.exception("watcher callback failed for %r", state.key)
+
+    def _wake_all(self) -> None:
+        for state in self._keys.values():
+            state.wake.set()
+
+    def _retry_pause(self, failures: int) -> float:
+        if self._reconnect_pause <= 0:
+            return self._poll
+        return min(self._poll, self._reconnect_pause * failures)
+
+    # -- tasks ----------------------------------------------------------------------------
+
+    async def _watch_key(self, state: _KeyState) -> None:
+        with state.scope:
+            while True:
+                state.wake = trio.Event()
+                if await self._read(state):
+                    return
+                now = trio.current_time()
+                pause = self._retry_pause(state.transient) if state.transient else self._poll
+                with trio.move_on_at(min(now + pause, state.next_probe)):
+                    await state.wake.wait()
+                if trio.current_time() >= state.next_probe:
+                    await self._probe(state)
+                    state.next_probe = trio.current_time() + self._probe_after
+
+    async def _read(self, state: _KeyState) -> bool:
+        """Read *state*'s key once; True when the key is finished (delivered or failed)."""
+        self._reads += 1
+        try:
+            outcome = await self._port.get_outcome(state.key)
+        except OutcomeNotReadyError:
+            state.transient = 0
+            return False
+        except (ExecutionNotFoundError, OutcomeUnavailableError) as error:
+            self._finish(state, error)
+            return True
+        except Exception as error:  # says nothing about the execution: read again later
+            state.transient += 1
+            _log.debug("transient read error for %r: %r", state.key, error)
+            return False
+        if not isinstance(outcome, Outcome) or outcome.key != state.key:
+            state.transient += 1
+            _log.warning("executor returned %r for %r; reading again later", outcome, state.key)
+            return False
+        self._finish(state, outcome)
+        return True
+
+    async def _probe(self, state: _KeyState) -> None:
+        self._probes += 1
+        assignment = state.assignment or Assignment.for_key(state.key)
+        try:
+            attachment = await self._port.attach(assignment)
+        except Exception as error:
+            _log.debug("probe attach failed for %r: %r", state.key, error)
+            return
+        if attachment.state is AttachmentState.ACTIVE:
+            state.recover_requested = False  # a later orphaning is a new episode
+        elif attachment.state is AttachmentState.ORPHANED and not state.recover_requested:
+            if isinstance(self._port, Recoverer):
+                try:
+                    await self._port.recover_execution(state.key)
+                except Exception as error:
+                    _log.debug("recover_execution failed for %r: %r", state.key, error)
+                    return
+                state.recover_requested = True
+                self._recoveries += 1
+
+    async def _subscribe(self, port: SettlementPort) -> None:
+        epoch, after = "", 0
+        with self._sub_scope:
+            while True:
+                try:
+                    stream = port.settlements(epoch, after)
+                    try:
+                        async for notice in stream:
+                            if notice.key is None:
+                                if notice.epoch != epoch:
+                                    after = notice.sequence  # new incarnation: from its head
+                                epoch = self._epoch = notice.epoch
+                                self._subscribed = True
+                                self._wake_all()  # read every key after each (re)subscription
+                            else:
+                                after = max(after, notice.sequence)
+                                state = self._keys.get(notice.key)
+                                if state is not None:
+                                    state.wake.set()
+                    finally:
+                        self._subscribed = False
+                        aclose = getattr(stream, "aclose", None)
+                        if aclose is not None:
+                            await aclose()
+                except SettlementsEvictedError:
+                    epoch, after = "", 0
+                    self._wake_all()
+                except Exception as error:
+                    _log.debug("settlement subscription failed: %r", error)
+                await trio.sleep(self._reconnect_pause)
+
+
+@asynccontextmanager
+async def open_watcher(port: ExecutionPort, *, poll: float = 30.0,
+                       reconnect_pause: float = 1.0,
+                       probe: float = 15.0) -> AsyncIterator[Watcher]:
+    """Open a :class:`Watcher` over *port* whose tasks live in a nursery of this block.
+
+    Leaving the block closes the Watcher (registrations are dropped without callbacks).
+    Raises ``ValidationError`` for out-of-range settings (see :class:`Watcher`).
+    """
+    _check_settings(poll, reconnect_pause, probe)
+    async with trio.open_nursery() as nursery:
+        watcher = Watcher(port, nursery=nursery, poll=poll, reconnect_pause=reconnect_pause,
+                          probe=probe)
+        try:
+            yield watcher
+        finally:
+            watcher._close()

@@ -1,0 +1,55 @@
+"""Shipped executors (architecture §5): the in-process :class:`LocalExecutor`, tools from
+Python callables, workspace-confined ``fs.read``/``fs.write``, and model backends
+(:class:`ScriptedModel` for tests and demos).
+
+Typical use::
+
+    async with open_local_executor(tools=workspace_tools(root),
+                                   models={"scripted": ScriptedModel([...])}) as ex:
+        ...
+"""
+
+from ._fs import MAX_READ_BYTES as MAX_READ_BYTES
+from ._fs import MAX_WRITE_BYTES as MAX_WRITE_BYTES
+from ._fs import Workspace as Workspace
+from ._fs import fs_read_tool as fs_read_tool
+from ._fs import fs_write_tool as fs_write_tool
+from ._fs import workspace_tools as workspace_tools
+from ._local import DEFAULT_RETAINED_TOMBSTONES as DEFAULT_RETAINED_TOMBSTONES
+from ._local import LocalExecutor as LocalExecutor
+from ._local import LocalExecutorStatistics as LocalExecutorStatistics
+from ._local import open_local_executor as open_local_executor
+from ._models import Model as Model
+from ._models import ModelEmit as ModelEmit
+from ._models import ModelError as ModelError
+from ._models import ScriptedModel as ScriptedModel
+from ._models import ScriptTurn as ScriptTurn
+from ._models import StreamingModel as StreamingModel
+from ._models import call_tools as call_tools
+from ._models import reply as reply
+from ._models import tool_call as tool_call
+from ._tools import DEFAULT_PARAMETERS as DEFAULT_PARAMETERS
+from ._tools import Tool as Tool
+from ._tools import ToolCheck as ToolCheck
+from ._tools import ToolContext as ToolContext
+from ._tools import ToolError as ToolError
+from ._tools import ToolUnknownError as ToolUnknownError
+from ._tools import python_tool as python_tool
+from ._tools import tool as tool
+
+__all__ = [
+    "MAX_READ_BYTES", "MAX_WRITE_BYTES", "Workspace", "fs_read_tool", "fs_write_tool",
+    "workspace_tools",
+    "DEFAULT_RETAINED_TOMBSTONES", "LocalExecutor", "LocalExecutorStatistics",
+    "open_local_executor",
+    "Model", "ModelEmit", "ModelError", "ScriptedModel", "ScriptTurn", "StreamingModel",
+    "call_tools", "reply", "tool_call",
+    "DEFAULT_PARAMETERS", "Tool", "ToolCheck", "ToolContext", "ToolError",
+    "ToolUnknownError", "python_tool", "tool",
+]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type) and _obj.__module__.startswith(__name__ + "."):
+        _obj.__module__ = __name__
+del _name, _obj

@@ -1,0 +1,129 @@
+"""One execution attempt of the LocalExecutor: run a model or a tool once and map what
+happened to an Outcome kind (spec §6.5, §6.6; RUN-EXE-2, RUN-EXE-11, §8.4 #80).
+
+Mapping rules:
+
+* model: ``ModelError(code)`` → ``ModelFailed(code)``; the ``model_timeout`` firing →
+  ``deadline_exceeded``; any other exception → ``executor_error``; a value that is not a
+  ``ModelResult`` or cannot be frozen → ``malformed_result``.
+* tool: arguments refused (schema, signature, the tool's check) → KNOWN
+  ``invalid_arguments``; ``ToolError`` → ``ToolExecutionFailed`` (KNOWN);
+  ``ToolUnknownError``, the tool's ``timeout`` firing and **any other exception** →
+  ``ToolExecutionUnknown`` (the effect may have happened); an output that cannot be
+  frozen (``None``, ``""``, non-JSON) → KNOWN ``internal``.
+
+Cancellation is never mapped here: ``trio.Cancelled`` propagates to the worker.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import trio
+
+from ..effect import (
+    Assignment,
+    FailureCode,
+    ModelFailed,
+    ModelSucceeded,
+    OutcomeResult,
+    RetryDisposition,
+    ToolExecutionFailed,
+    ToolExecutionSucceeded,
+    ToolExecutionUnknown,
+    ToolFailure,
+    ToolFailureClass,
+)
+from ..protocol.canonical import canonical_json_text
+from ..protocol.digests import digest_model_result, digest_tool_output
+from ..protocol.values import ModelRequest, ModelResult, ToolResult
+from ._models import Model, ModelEmit, ModelError, StreamingModel
+from ._tools import Tool, ToolContext, ToolError, ToolUnknownError
+
+__all__ = ["run_model", "run_tool", "tool_output", "retryable"]
+
+
+async def run_model(model: Model, request: ModelRequest, emit: ModelEmit,
+                    timeout: float | None) -> OutcomeResult:
+    """Ask *model* once. Checkpoint: always (the model's own). Raises: only Cancelled."""
+    limit = trio.move_on_after(timeout) if timeout else trio.CancelScope()
+    result: Any = None
+    try:
+        with limit:
+            if isinstance(model, StreamingModel):
+                result = await model.stream(request, emit)
+            else:
+                result = await model.complete(request)
+    except ModelError as error:
+        return ModelFailed(error.code, error.message)
+    except Exception as error:
+        return ModelFailed(FailureCode.EXECUTOR_ERROR, f"{type(error).__name__}: {error}")
+    if limit.cancelled_caught:
+        return ModelFailed(FailureCode.DEADLINE_EXCEEDED, f"no answer within {timeout} s")
+    if not isinstance(result, ModelResult):
+        return ModelFailed(FailureCode.MALFORMED_RESULT,
+                           f"the model returned {type(result).__name__}")
+    try:
+        digest_model_result(result)
+    except Exception as error:
+        return ModelFailed(FailureCode.MALFORMED_RESULT, f"cannot be frozen: {error}")
+    return ModelSucceeded(result)
+
+
+async def run_tool(found: Tool, assignment: Assignment, arguments: str,
+                   emit: ModelEmit) -> OutcomeResult:
+    """Run *found* once with the call's canonical *arguments*. Sync callables run in a
+    worker thread that is abandoned on cancellation (the Outcome is then ``Cancelled``
+    while the thread may still finish its work). Raises: only Cancelled."""
+    refused = found.arguments_failure(arguments)
+    if refused is not None:
+        return ToolExecutionFailed(refused, RetryDisposition.NEVER)
+    values = json.loads(arguments)
+    if found.context:
+        call = functools.partial(found.fn, ToolContext(assignment, emit), **values)
+    else:
+        call = functools.partial(found.fn, **values)
+    limit = trio.move_on_after(found.timeout) if found.timeout else trio.CancelScope()
+    value: Any = None
+    try:
+        with limit:
+            if found.is_async:
+                value = await call()
+            else:
+                value = await trio.to_thread.run_sync(call, abandon_on_cancel=True)
+    except ToolError as error:
+        return ToolExecutionFailed(error.to_failure(), error.retry)
+    except ToolUnknownError as error:
+        return ToolExecutionUnknown(error.to_failure())
+    except Exception as error:  # unexpected: the effect may or may not have happened
+        return ToolExecutionUnknown(ToolFailure(
+            ToolFailureClass.EXECUTION_FAILED, f"{type(error).__name__}: {error}"))
+    if limit.cancelled_caught:
+        return ToolExecutionUnknown(ToolFailure(
+            ToolFailureClass.TIMEOUT, f"no answer within {found.timeout} s"))
+    return tool_output(value)
+
+
+def tool_output(value: Any) -> OutcomeResult:
+    """Freeze a tool's return value; a value that cannot be frozen is a KNOWN
+    ``internal`` failure (the tool finished, its output is unusable)."""
+    try:
+        text = value.output if isinstance(value, ToolResult) else canonical_json_text(value)
+        digest_tool_output(text)
+    except Exception as error:
+        return ToolExecutionFailed(ToolFailure(
+            ToolFailureClass.INTERNAL, f"the tool output cannot be frozen: {error}"),
+            RetryDisposition.NEVER)
+    return ToolExecutionSucceeded(ToolResult(text))
+
+
+def retryable(result: OutcomeResult) -> bool:
+    """True when the worker may retry: a model failure whose code allows it, or a tool
+    failure whose disposition is ALLOWED (RUN-EXE-11)."""
+    if isinstance(result, ModelFailed):
+        return result.code.retry() is RetryDisposition.ALLOWED
+    if isinstance(result, ToolExecutionFailed):
+        return result.retry is RetryDisposition.ALLOWED
+    return False

@@ -1,0 +1,649 @@
+"""LocalExecutor: the in-process reference executor (spec §6.11; architecture §5).
+
+One execution record per key (accepted → dispatching → running → settled), abort
+tombstones (a key is either accepted or aborted, never both: INV-31, RUN-EXE-16),
+idempotent re-dispatch of identical content and refusal of different content (INV-36),
+bounded retention of settled records (RUN-EXE-13), settlement notifications
+(RUN-EXE-17), progress rings (RUN-EXE-12) and the recovery primitives (RUN-EXE-6,
+RUN-EXE-9). Tools and models run as trio tasks in a nursery the executor is given or
+opens (:func:`open_local_executor`).
+
+Every state change of a record happens in a synchronous helper (no checkpoint inside), so
+acceptance and abort of one key can never interleave.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+
+import trio
+
+from ..effect import (
+    DEFAULT_PROGRESS_RING,
+    DEFAULT_RETAINED_OUTCOMES,
+    DEFAULT_SETTLEMENT_WINDOW,
+    Assignment,
+    AssignmentKey,
+    Attachment,
+    AttachmentState,
+    Cancelled,
+    ExecutionRef,
+    ExecutionStatus,
+    ModelAssignment,
+    Outcome,
+    OutcomeResult,
+    ProgressFrame,
+    Settlement,
+    ToolAssignment,
+    ToolExecutionUnknown,
+    ToolFailure,
+    ToolFailureClass,
+    Unknown,
+)
+from ..protocol.digests import digest_model_request
+from ..protocol.errors import (
+    DispatchRejectedError,
+    ExecutionAbortedError,
+    ExecutionNotFoundError,
+    OutcomeCollectedError,
+    OutcomeNotReadyError,
+    StateConflictError,
+    ValidationError,
+)
+from ..protocol.values import ModelRef, ToolRef, ToolReplay
+from ._attempt import retryable, run_model, run_tool
+from ._models import Model
+from ._records import LocalExecutorStatistics, Record, content_of
+from ._streams import ProgressRing, ProgressSubscription, SettlementLog, SettlementSubscription
+from ._tools import Tool
+
+__all__ = [
+    "DEFAULT_RETAINED_TOMBSTONES",
+    "LocalExecutorStatistics",
+    "LocalExecutor",
+    "open_local_executor",
+]
+
+_log = logging.getLogger("runx_actors.executors.local")
+
+#: Abort tombstones kept before the oldest is forgotten (a forgotten tombstone no longer
+#: blocks a late dispatch of its key; keep this well above the takeover rate).
+DEFAULT_RETAINED_TOMBSTONES = 16384
+
+
+class LocalExecutor:
+    """In-process executor implementing :class:`~runx_actors.effect.ExecutionPort` and
+    every optional capability (SettlementPort, Recoverer, Disposer, ProgressPort,
+    Acknowledger) (spec §6.11; RUN-EXE-3, RUN-EXE-6, RUN-EXE-13, RUN-EXE-14, RUN-EXE-16).
+
+    Construct it with a nursery that outlives it, or use :func:`open_local_executor`.
+
+    * ``tools``: :class:`Tool` declarations, keyed by ``ref`` (duplicates refused).
+    * ``models``: ``ModelRef → model`` (objects with ``async complete(request)``).
+    * ``retain``: settled records kept readable (default 1024); older ones read as not
+      found / ``missing`` (§6.9). ``retain_tombstones``: abort tombstones kept.
+    * ``settlement_window`` (4096) and ``progress_ring`` (256): notification bounds.
+    * ``max_attempts`` (1 = no retry) and ``backoff`` (seconds * attempt): the worker's
+      retry budget for failures whose disposition is ALLOWED (RUN-EXE-11).
+    * ``model_timeout``: seconds per model attempt (``deadline_exceeded`` when it fires).
+
+    Raises ``ValueError`` for duplicate tool refs or out-of-range bounds.
+    """
+
+    def __init__(self, *, nursery: trio.Nursery, tools: Iterable[Tool] = (),
+                 models: Mapping[ModelRef, Model] | None = None,
+                 retain: int = DEFAULT_RETAINED_OUTCOMES,
+                 retain_tombstones: int = DEFAULT_RETAINED_TOMBSTONES,
+                 settlement_window: int = DEFAULT_SETTLEMENT_WINDOW,
+                 progress_ring: int = DEFAULT_PROGRESS_RING, max_attempts: int = 1,
+                 backoff: float = 0.5, model_timeout: float | None = None,
+                 provider: str = "local", epoch: str | None = None) -> None:
+        table = _catalog(tools)
+        _check_bounds(retain, retain_tombstones, settlement_window, progress_ring,
+                      max_attempts, backoff, model_timeout)
+        self._nursery = nursery
+        self._tools = table
+        self._models: dict[ModelRef, Model] = dict(models or {})
+        self._retain = retain
+        self._retain_tombstones = retain_tombstones
+        self._ring_size = progress_ring
+        self._max_attempts = max_attempts
+        self._backoff = backoff
+        self._model_timeout = model_timeout
+        self._provider = provider
+        self._epoch = epoch or f"{provider}-{secrets.token_hex(8)}"
+        self._log = SettlementLog(self._epoch, settlement_window)
+        self._records: dict[AssignmentKey, Record] = {}
+        # Settled records in settlement order: unacknowledged ones, and acknowledged ones
+        # (collected). Retention evicts collected records first, so an Outcome nobody has
+        # read yet is evicted only when every retained record is unread (RUN-EXE-13).
+        self._settled: OrderedDict[AssignmentKey, None] = OrderedDict()
+        self._collected: OrderedDict[AssignmentKey, None] = OrderedDict()
+        self._tombstones: OrderedDict[AssignmentKey, None] = OrderedDict()
+        self._closed = False
+        self._accepted = 0
+        self._started = 0
+        self._evicted = 0
+        self._refs = 0
+
+    # -- properties ---------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> str:
+        """This incarnation's settlement epoch."""
+        return self._epoch
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`aclose`: dispatch is refused, records stay readable."""
+        return self._closed
+
+    @property
+    def tools(self) -> Mapping[ToolRef, Tool]:
+        """The tool catalog, by ref."""
+        return dict(self._tools)
+
+    # -- ExecutionPort ------------------------------------------------------------------
+
+    async def validate(self, a: Assignment) -> ToolFailure | None:
+        """Side-effect-free check before the start barrier (RUN-EXE-5, §8.4 #85).
+
+        Model: ``provider_failure`` unless the ModelRef is served. Tool: unknown ref →
+        ``tool_lookup_failed``; a declared definition digest, policy, replay or placement
+        that differs from the tool → ``tool_definition_mismatch``; arguments that are not
+        strict JSON, not an object, fail the schema or the tool's check →
+        ``invalid_arguments``. ``a.effect`` may be empty.
+
+        Checkpoint: always, first.
+        Cancellation: only at the checkpoint, before anything was read or changed.
+        Raises: nothing (a refusal is the returned ToolFailure).
+        """
+        await trio.lowlevel.checkpoint()
+        body = a.body
+        if isinstance(body, ModelAssignment):
+            if body.model not in self._models:
+                return ToolFailure(ToolFailureClass.PROVIDER_FAILURE,
+                                   f"model {body.model!r} is not served by this executor")
+            return None
+        found = self._tools.get(body.tool_ref)
+        if found is None:
+            return ToolFailure(ToolFailureClass.TOOL_LOOKUP_FAILED,
+                               f"no tool {body.tool_ref!r}")
+        return found.declaration_failure(body) or found.arguments_failure(body.arguments)
+
+    async def dispatch(self, a: Assignment) -> None:
+        """Accept *a* and start it in a task; returns once accepted (RUN-EXE-3).
+
+        A known key with identical content is confirmed and nothing starts (also after
+        acknowledgement); nothing is compared for the opaque ``target``.
+
+        Checkpoint: always, first.
+        Cancellation: only at the checkpoint: nothing was accepted.
+        Raises:
+            DispatchRejectedError: empty effect; the executor is closed; the key is
+                aborted (INV-31) or taken by other content (INV-36); a model Assignment
+                without its inline request, or whose request does not match
+                ``request_digest``; an unknown model or tool; a tool declaration that
+                differs from the tool.
+        """
+        await trio.lowlevel.checkpoint()
+        self._accept_nowait(a)
+
+    async def attach(self, a: Assignment) -> Attachment:
+        """Observe the record of ``a.key`` (only the key is read; RUN-EXE-3).
+
+        ``missing`` (no record, or evicted), ``active`` (accepted or running),
+        ``orphaned`` (its worker was lost), ``terminal`` (settled, acknowledged
+        included) or ``aborted`` (tombstone).
+
+        Checkpoint: always, first.
+        Cancellation: only at the checkpoint, before anything was read or changed.
+        Raises: nothing.
+        """
+        await trio.lowlevel.checkpoint()
+        return self._attachment(a.key)
+
+    async def abort(self, a: Assignment) -> Attachment:
+        """Tombstone ``a.key`` unless an acceptance won it (INV-31, RUN-EXE-16).
+
+        Returns ``ABORTED`` when the tombstone is (or already was) written, otherwise the
+        live state of the accepted record. Deciding and writing the tombstone happen with
+        no checkpoint in between, so a concurrent ``dispatch`` either wins or is refused.
+
+        Checkpoint: always, first.
+        Cancellation: only at the checkpoint: no tombstone was written.
+        Raises: nothing.
+        """
+        await trio.lowlevel.checkpoint()
+        key = a.key
+        if key in self._tombstones or key not in self._records:
+            self._tombstone_nowait(key)
+            return Attachment(state=AttachmentState.ABORTED)
+        return self._attachment(key)
+
+    async def get_status(self, key: AssignmentKey) -> ExecutionStatus:
+        """The record's status; ``NOT_FOUND`` for unknown or evicted keys, ``ABORTED``
+        for tombstones.
+
+        Checkpoint: always, first.
+        Cancellation: only at the checkpoint, before anything was read or changed.
+        Raises: nothing.
+        """
+        await trio.lowlevel.checkpoint()
+        if key in self._tombstones:
+            return ExecutionStatus.ABORTED
+        record = self._records.get(key)
+        return ExecutionStatus.NOT_FOUND if record is None else record.status
+
+    async def get_outcome(self, key: AssignmentKey) -> Outcome:
+        """The key's Outcome (RUN-EXE-2); a pure read that returns at once.
+
+        Checkpoint: always, first.
+        Cancellation: only at the checkpoint, before anything was read or changed.
+        Raises:
+            OutcomeNotReadyError: not settled yet.
+            ExecutionNotFoundError: never accepted, or evicted by retention.
+            ExecutionAbortedError: the key is tombstoned.
+            OutcomeCollectedError: read after ``acknowledge``.
+        """
+        await trio.lowlevel.checkpoint()
+        if key in self._tombstones:
+            raise ExecutionAbortedError("the key was aborted", key=key)
+        record = self._records.get(key)
+        if record is None:
+            raise ExecutionNotFoundError("no execution for this key", key=key)
+        if record.acknowledged:
+            raise OutcomeCollectedError("the outcome was acknowledged", key=key)
+        if record.outcome is None:
+            raise OutcomeNotReadyError("not settled yet", key=key, status=record.status)
+        return record.outcome
+
+    async def cancel(self, key: AssignmentKey) -> None:
+        """Ask the execution to stop; its Outcome becomes ``Cancelled`` unless it finished
+        first. No-op for settled or aborted keys.
+
+        Checkpoint: always, first.
+        Cancellation: only at the checkpoint: nothing was asked.
+        Raises: ExecutionNotFoundError for an unknown key.
+        """
+        await trio.lowlevel.checkpoint()
+        if key in self._tombstones:
+            return
+        record = self._require(key)
+        if record.outcome is not None:
+            return
+        record.status = ExecutionStatus.CANCEL_REQUESTED
+        record.history.append("cancel_requested")
+        self._stop_nowait(record, Cancelled("cancelled"))
+
+    # -- optional capabilities ----------------------------------------------------------
+
+    def settlements(self, epoch: str, after: int) -> AsyncIterator[Settlement]:
+        """Subscribe to settlement notices (SettlementPort, RUN-EXE-17): an announcement
+        with this incarnation's epoch and head, then every notice after *after* (from
+        the head when *epoch* is not this incarnation's). Raises
+        ``SettlementsEvictedError`` while iterating if the window moved past the cursor.
+        """
+        return SettlementSubscription(self._log, epoch, after)
+
+    async def recover_execution(self, key: AssignmentKey) -> None:
+        """Adopt an orphaned record (Recoverer, RUN-EXE-6, RUN-EXE-9): a model effect is
+        restarted (same frozen request, new ExecutionRef and progress generation); a
+        tool effect is restarted only if its replay policy is ALLOWED, otherwise it is
+        settled ``ToolExecutionUnknown("adopted_without_replay")``. No-op for records
+        that are live or settled.
+
+        Checkpoint: always, first.
+        Cancellation: only at the checkpoint: nothing was adopted.
+        Raises: ExecutionNotFoundError (unknown key), ExecutionAbortedError (tombstone).
+        """
+        await trio.lowlevel.checkpoint()
+        if key in self._tombstones:
+            raise ExecutionAbortedError("the key was aborted", key=key)
+        record = self._require(key)
+        if record.outcome is not None or not record.orphaned:
+            return
+        record.orphaned = False
+        record.history.append("execution_adopted")
+        body = record.assignment.body
+        if isinstance(body, ToolAssignment) and body.replay is not ToolReplay.ALLOWED:
+            self._settle_nowait(record, ToolExecutionUnknown(ToolFailure(
+                ToolFailureClass.EXECUTION_FAILED, "adopted_without_replay")))
+            return
+        if self._closed:
+            self._settle_nowait(record, Unknown("executor closed before adoption"))
+            return
+        self._spawn_nowait(record)
+
+    async def dispose(self, key: AssignmentKey) -> None:
+        """Close an unfinished record with ``Unknown("disposed")`` (Disposer, RUN-EXE-6);
+        a running worker is cancelled first. No-op for settled or aborted keys.
+
+        Checkpoint: always, first.
+        Cancellation: only at the checkpoint: nothing was disposed.
+        Raises: ExecutionNotFoundError for an unknown key.
+        """
+        await trio.lowlevel.checkpoint()
+        if key in self._tombstones:
+            return
+        record = self._require(key)
+        if record.outcome is None:
+            record.history.append("dispose_requested")
+            self._stop_nowait(record, Unknown("disposed"))
+
+    def progress(self, key: AssignmentKey) -> AsyncIterator[ProgressFrame]:
+        """The key's progress frames (ProgressPort, RUN-EXE-12): every retained frame
+        from the oldest, then new ones, ending after ``END``. Iterating raises
+        ExecutionNotFoundError (unknown key) or ExecutionAbortedError (tombstone)."""
+        if key in self._tombstones:
+            return ProgressSubscription(None, ExecutionAbortedError("aborted", key=key))
+        record = self._records.get(key)
+        if record is None:
+            return ProgressSubscription(None, ExecutionNotFoundError("no execution", key=key))
+        return ProgressSubscription(record.ring)
+
+    async def acknowledge(self, key: AssignmentKey) -> None:
+        """Record ``outcome_acknowledged`` (Acknowledger, RUN-EXE-13); the record stays:
+        ``attach`` → terminal, ``get_status`` → its terminal status, ``get_outcome`` →
+        OutcomeCollectedError. Idempotent.
+
+        Checkpoint: always, first.
+        Cancellation: only at the checkpoint: nothing was recorded.
+        Raises:
+            ExecutionNotFoundError: unknown (or evicted) key.
+            StateConflictError: the record is not settled, or the key is aborted.
+        """
+        await trio.lowlevel.checkpoint()
+        if key in self._tombstones:
+            raise StateConflictError("an aborted key has no outcome", key=key)
+        record = self._require(key)
+        if record.outcome is None:
+            raise StateConflictError("the record is not settled", key=key,
+                                     status=record.status)
+        if not record.acknowledged:
+            record.acknowledged = True
+            record.history.append("outcome_acknowledged")
+            if self._settled.pop(key, 0) is None:
+                self._collected[key] = None
+
+    # -- lifetime, introspection, fault injection ---------------------------------------
+
+    async def aclose(self) -> None:
+        """Refuse further dispatches and stop every live execution (each settles
+        ``Cancelled("executor closed")``). Records stay readable. Idempotent.
+
+        Checkpoint: always, after closing.
+        Cancellation: the executor is closed before the checkpoint.
+        Raises: nothing.
+        """
+        self._close_nowait()
+        await trio.lowlevel.checkpoint()
+
+    def statistics(self) -> LocalExecutorStatistics:
+        """A frozen snapshot of the counters (not a checkpoint)."""
+        return LocalExecutorStatistics(
+            epoch=self._epoch, accepted=self._accepted, started=self._started,
+            live=sum(1 for r in self._records.values() if r.outcome is None),
+            retained=len(self._settled) + len(self._collected), tombstones=len(self._tombstones),
+            evicted=self._evicted, settlement_head=self._log.head)
+
+    def history(self, key: AssignmentKey) -> tuple[str, ...]:
+        """The execution-ledger event names of *key* (§6.11), oldest first; ``()`` when
+        unknown, ``("execution_aborted",)`` for a tombstone."""
+        if key in self._tombstones:
+            return ("execution_aborted",)
+        record = self._records.get(key)
+        return () if record is None else tuple(record.history)
+
+    def execution_ref(self, key: AssignmentKey) -> tuple[ExecutionRef, tuple[ExecutionRef, ...]]:
+        """``(current ExecutionRef, superseded refs)`` of a known key (RUN-EXE-9).
+
+        Raises ExecutionNotFoundError for an unknown key.
+        """
+        record = self._require(key)
+        return record.execution, tuple(record.superseded)
+
+    def orphan_nowait(self, key: AssignmentKey) -> None:
+        """Fault injection: lose the worker of a live record without settling it. The
+        record then attaches as ``orphaned`` until :meth:`recover_execution` adopts it.
+
+        Raises: ExecutionNotFoundError (unknown key), StateConflictError (settled).
+        """
+        record = self._require(key)
+        if record.outcome is not None:
+            raise StateConflictError("the record is settled", key=key)
+        record.orphaned = True
+        record.history.append("worker_lost")
+        record.worker += 1  # whatever the old worker finds, it no longer owns the record
+        record.running = False
+        record.scope.cancel()
+
+    # -- synchronous core (no checkpoints) ----------------------------------------------
+
+    def _require(self, key: AssignmentKey) -> Record:
+        record = self._records.get(key)
+        if record is None:
+            raise ExecutionNotFoundError("no execution for this key", key=key)
+        return record
+
+    def _attachment(self, key: AssignmentKey) -> Attachment:
+        if key in self._tombstones:
+            return Attachment(state=AttachmentState.ABORTED)
+        record = self._records.get(key)
+        if record is None:
+            return Attachment(state=AttachmentState.MISSING)
+        if record.outcome is not None:
+            return Attachment(state=AttachmentState.TERMINAL, execution=record.execution,
+                              backend_attached=True)
+        if record.orphaned:
+            return Attachment(state=AttachmentState.ORPHANED, execution=record.execution)
+        return Attachment(state=AttachmentState.ACTIVE, execution=record.execution,
+                          owner=self._epoch,
+                          backend_attached=record.status in (ExecutionStatus.RUNNING,
+                                                             ExecutionStatus.CANCEL_REQUESTED))
+
+    def _refuse(self, a: Assignment, reason: str) -> DispatchRejectedError:
+        return DispatchRejectedError(f"dispatch refused: {reason}", key=a.key, reason=reason)
+
+    def _accept_nowait(self, a: Assignment) -> None:
+        key = a.key
+        if not key.effect:
+            raise self._refuse(a, "the Assignment has no effect")
+        if key in self._tombstones:
+            raise self._refuse(a, "the key was aborted")
+        record = self._records.get(key)
+        if record is not None:
+            if record.content != content_of(a):
+                raise self._refuse(a, "the key is taken by other content")
+            return  # the same Assignment again: acceptance confirmed, nothing starts
+        if self._closed:
+            raise self._refuse(a, "the executor is closed")
+        self._check_dispatchable(a)
+        self._refs += 1
+        execution = ExecutionRef(self._provider, f"{self._epoch}/{self._refs}")
+        record = Record(a, content_of(a), execution, ProgressRing(key, self._ring_size))
+        record.history += ["execution_accepted", "execution_bound", "execution_claimed"]
+        self._records[key] = record
+        self._accepted += 1
+        self._spawn_nowait(record)
+
+    def _check_dispatchable(self, a: Assignment) -> None:
+        body = a.body
+        if isinstance(body, ModelAssignment):
+            if body.request is None:
+                raise self._refuse(a, "a model dispatch needs the frozen request inline")
+            try:
+                digest = digest_model_request(body.request)
+            except ValidationError as error:
+                raise self._refuse(a, f"the request cannot be frozen: {error}") from error
+            if digest != body.request_digest:
+                raise self._refuse(a, "the inline request does not match request_digest")
+            if body.model not in self._models:
+                raise self._refuse(a, f"model {body.model!r} is not served")
+            return
+        found = self._tools.get(body.tool_ref)
+        if found is None:
+            raise self._refuse(a, f"no tool {body.tool_ref!r}")
+        mismatch = found.declaration_failure(body)
+        if mismatch is not None:
+            raise self._refuse(a, mismatch.message)
+
+    def _tombstone_nowait(self, key: AssignmentKey) -> None:
+        if key in self._tombstones:
+            return
+        self._tombstones[key] = None
+        while len(self._tombstones) > self._retain_tombstones:
+            self._tombstones.popitem(last=False)
+        self._log.append_nowait(key)
+
+    def _spawn_nowait(self, record: Record) -> None:
+        record.worker += 1
+        record.scope = trio.CancelScope()
+        record.running = False
+        if record.status is ExecutionStatus.ACCEPTED:
+            record.status = ExecutionStatus.DISPATCHING
+            record.history.append("execution_started")
+        self._nursery.start_soon(self._work, record, record.worker, record.scope,
+                                 name=f"runx-local {record.key.effect}")
+
+    def _stop_nowait(self, record: Record, result: OutcomeResult) -> None:
+        """Stop a live record with *result* (settled at once when no worker runs)."""
+        if record.stop is None:
+            record.stop = result
+        if record.running:
+            record.scope.cancel()
+        else:
+            record.worker += 1  # a worker that has not started yet must not run
+            record.scope.cancel()
+            self._settle_nowait(record, record.stop)
+
+    def _settle_nowait(self, record: Record, result: OutcomeResult) -> None:
+        if record.outcome is not None:
+            return
+        record.outcome = Outcome(record.key, result)
+        record.status = record.outcome.status()
+        record.running = False
+        record.history.append("execution_settled")
+        record.ring.end_nowait()
+        key = record.key
+        self._settled[key] = None
+        while len(self._settled) + len(self._collected) > self._retain:
+            oldest = self._collected if self._collected else self._settled
+            old, _ = oldest.popitem(last=False)
+            del self._records[old]
+            self._evicted += 1
+        self._log.append_nowait(key)
+
+    def _close_nowait(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for record in list(self._records.values()):
+            if record.outcome is None and not record.orphaned:
+                self._stop_nowait(record, Cancelled("executor closed"))
+
+    # -- workers --------------------------------------------------------------------------
+
+    async def _work(self, record: Record, worker: int, scope: trio.CancelScope) -> None:
+        if record.outcome is not None or record.worker != worker:
+            return
+        record.running = True
+        result: OutcomeResult | None = None
+        try:
+            with scope:
+                result = await self._attempts(record)
+        except trio.Cancelled:  # the executor's nursery is going away: settle, re-raise
+            if record.worker == worker:
+                self._settle_nowait(record, record.stop or Cancelled("executor shut down"))
+            raise
+        except Exception as error:  # a bug in the executor itself: never leave it hanging
+            _log.exception("local executor worker failed for %r", record.key)
+            result = Unknown(f"executor error: {type(error).__name__}: {error}")
+        if record.worker != worker:
+            return  # orphaned or superseded meanwhile
+        if result is None or scope.cancelled_caught:
+            result = record.stop or Cancelled("cancelled")
+        self._settle_nowait(record, result)
+
+    async def _attempts(self, record: Record) -> OutcomeResult:
+        while True:
+            if record.attempts > 0:  # a retry or an adoption: restart (RUN-EXE-9)
+                record.superseded.append(record.execution)
+                self._refs += 1
+                record.execution = ExecutionRef(self._provider, f"{self._epoch}/{self._refs}")
+                record.history.append("execution_restarted")
+                record.ring.restart_nowait()
+            record.attempts += 1
+            self._started += 1
+            if record.status is not ExecutionStatus.CANCEL_REQUESTED:
+                record.status = ExecutionStatus.RUNNING
+            record.history.append("execution_running")
+            body = record.assignment.body
+            if isinstance(body, ModelAssignment):
+                assert body.request is not None  # checked on acceptance
+                result = await run_model(self._models[body.model], body.request,
+                                         record.ring.emit_nowait, self._model_timeout)
+            else:
+                result = await run_tool(self._tools[body.tool_ref], record.assignment,
+                                        body.arguments, record.ring.emit_nowait)
+            if record.attempts < self._max_attempts and retryable(result):
+                await trio.sleep(self._backoff * record.attempts)
+                continue
+            return result
+
+
+def _catalog(tools: Iterable[Tool]) -> dict[ToolRef, Tool]:
+    table: dict[ToolRef, Tool] = {}
+    for item in tools:
+        if item.ref in table:
+            raise ValueError(f"duplicate tool ref {item.ref!r}")
+        table[item.ref] = item
+    return table
+
+
+def _check_bounds(retain: int, retain_tombstones: int, settlement_window: int,
+                  progress_ring: int, max_attempts: int, backoff: float,
+                  model_timeout: float | None) -> None:
+    if min(retain, retain_tombstones, settlement_window, progress_ring, max_attempts) < 1:
+        raise ValueError("retain, retain_tombstones, settlement_window, progress_ring and "
+                         "max_attempts must be >= 1")
+    if backoff < 0 or (model_timeout is not None and not model_timeout > 0):
+        raise ValueError("backoff must be >= 0 and model_timeout > 0 or None")
+
+
+@asynccontextmanager
+async def open_local_executor(*, tools: Iterable[Tool] = (),
+                              models: Mapping[ModelRef, Model] | None = None,
+                              retain: int = DEFAULT_RETAINED_OUTCOMES,
+                              retain_tombstones: int = DEFAULT_RETAINED_TOMBSTONES,
+                              settlement_window: int = DEFAULT_SETTLEMENT_WINDOW,
+                              progress_ring: int = DEFAULT_PROGRESS_RING,
+                              max_attempts: int = 1, backoff: float = 0.5,
+                              model_timeout: float | None = None, provider: str = "local",
+                              epoch: str | None = None) -> AsyncIterator[LocalExecutor]:
+    """Open a :class:`LocalExecutor` (same keyword arguments) whose workers run in a
+    nursery of this block.
+
+    Leaving the block closes the executor: live executions are cancelled (each settles
+    ``Cancelled("executor closed")``) and their tasks finish before the block exits.
+    Raises ``ValueError`` (before anything starts) for duplicate tool refs or
+    out-of-range bounds.
+    """
+    tools = tuple(tools)
+    _catalog(tools)
+    _check_bounds(retain, retain_tombstones, settlement_window, progress_ring, max_attempts,
+                  backoff, model_timeout)
+    async with trio.open_nursery() as nursery:
+        executor = LocalExecutor(
+            nursery=nursery, tools=tools, models=models, retain=retain,
+            retain_tombstones=retain_tombstones, settlement_window=settlement_window,
+            progress_ring=progress_ring, max_attempts=max_attempts, backoff=backoff,
+            model_timeout=model_timeout, provider=provider, epoch=epoch)
+        try:
+            yield executor
+        finally:
+            executor._close_nowait()

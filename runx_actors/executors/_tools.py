@@ -1,0 +1,308 @@
+"""Tools for the LocalExecutor: a declaration plus a Python callable (architecture §5).
+
+A :class:`Tool` declares what the Run may know about it — ``ref`` (catalog key), the
+model-facing :class:`ToolDefinition` (name, description, JSON-Schema parameters), the
+response policy, the replay policy and the placement — and holds the implementation.
+``validate`` compares the Run's declaration with all of them (RUN-EXE-5, §8.4 #85).
+
+The callable receives the call's JSON object arguments as keyword arguments (``fn(**args)``,
+or ``fn(context, **args)`` when declared with ``context=True``). Sync callables run in a
+worker thread (``trio.to_thread.run_sync``), async ones in the executor's task. The return
+value is the tool output (any JSON value except ``null`` and ``""``; a :class:`ToolResult`
+is taken as is). Raise :class:`ToolError` for a KNOWN failure and
+:class:`ToolUnknownError` when the effect may or may not have happened; any other
+exception is an UNKNOWN failure (§8.4 #80).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import trio
+
+from ..effect import (
+    Assignment,
+    AssignmentKey,
+    ProgressKind,
+    RetryDisposition,
+    TargetRef,
+    ToolAssignment,
+    ToolFailure,
+    ToolFailureClass,
+)
+from ..protocol.canonical import canonical_json_text, parse_json_strict
+from ..protocol.digests import digest_tool_definition
+from ..protocol.errors import RunxError, ValidationError
+from ..protocol.values import (
+    Digest,
+    JSONText,
+    ResponsePolicy,
+    ToolDefinition,
+    ToolPlacement,
+    ToolRef,
+    ToolReplay,
+    ToolSpec,
+)
+from ._schema import schema_errors
+
+__all__ = [
+    "ToolError",
+    "ToolUnknownError",
+    "ToolCheck",
+    "ToolContext",
+    "Tool",
+    "python_tool",
+    "tool",
+    "DEFAULT_PARAMETERS",
+]
+
+#: Parameters of a tool declared without a schema: any JSON object.
+DEFAULT_PARAMETERS: Mapping[str, Any] = {"type": "object"}
+
+#: ``check(arguments) -> ToolFailure | None``: extra side-effect-free argument checks run
+#: by ``validate`` after the schema (arguments as parsed JSON).
+ToolCheck = Callable[[Any], ToolFailure | None]
+
+
+class ToolError(RunxError):
+    """Raised by a tool for a KNOWN failure: ``ToolExecutionFailed(class_, message)``.
+
+    ``class_`` says what went wrong (``not_found``, ``invalid_input`` …, §6.6); ``retry``
+    is ``ALLOWED`` only when the failure shows that no side effect happened.
+    """
+
+    def __init__(self, class_: str, message: str = "", *,
+                 retry: RetryDisposition = RetryDisposition.UNKNOWN) -> None:
+        if not class_ or class_ == "effect_unknown":
+            raise ValueError("a ToolError needs a class other than '' and 'effect_unknown'")
+        super().__init__(message or class_, class_=class_, retry=retry)
+        self.class_ = class_
+        self.retry = retry
+        self.message = message
+
+    def to_failure(self) -> ToolFailure:
+        """The :class:`ToolFailure` this error reports."""
+        return ToolFailure(self.class_, self.message)
+
+    def __reduce__(self) -> Any:
+        return (_tool_error, (type(self), self.class_, self.message, self.retry))
+
+
+def _tool_error(cls: type[ToolError], class_: str, message: str,
+                retry: RetryDisposition) -> ToolError:
+    return cls(class_, message, retry=retry)
+
+
+class ToolUnknownError(RunxError):
+    """Raised by a tool that cannot tell whether its effect happened (a payment that
+    timed out): ``ToolExecutionUnknown(class_, message)``."""
+
+    def __init__(self, class_: str = ToolFailureClass.EXECUTION_FAILED,
+                 message: str = "") -> None:
+        super().__init__(message or class_, class_=class_)
+        self.class_ = class_ or ToolFailureClass.EXECUTION_FAILED
+        self.message = message
+
+    def to_failure(self) -> ToolFailure:
+        """The :class:`ToolFailure` this error reports."""
+        return ToolFailure(self.class_, self.message)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.class_, self.message))
+
+
+class ToolContext:
+    """What a tool declared with ``context=True`` receives first.
+
+    ``progress(payload)`` publishes a ``tool_progress`` frame (provisional; may be
+    dropped); it is safe to call from the worker thread of a sync tool.
+    """
+
+    __slots__ = ("_emit", "_thread", "_token", "assignment")
+
+    def __init__(self, assignment: Assignment, emit: Callable[[ProgressKind, Any], None]
+                 ) -> None:
+        self.assignment = assignment
+        self._emit = emit
+        self._token = trio.lowlevel.current_trio_token()
+        self._thread = threading.get_ident()
+
+    @property
+    def key(self) -> AssignmentKey:
+        """The executing key."""
+        return self.assignment.key
+
+    @property
+    def target(self) -> TargetRef | None:
+        """The opaque TargetRef the application resolved for this start (RUN-LOP-9)."""
+        return self.assignment.target
+
+    def progress(self, payload: Any) -> None:
+        """Publish one ``tool_progress`` frame with JSON *payload*. Never blocks the tool
+        for long; frames published after the execution ended are dropped."""
+        if threading.get_ident() == self._thread:
+            self._emit(ProgressKind.TOOL_PROGRESS, payload)
+            return
+        try:
+            trio.from_thread.run_sync(self._emit, ProgressKind.TOOL_PROGRESS, payload,
+                                      trio_token=self._token)
+        except trio.RunFinishedError:
+            pass
+
+
+def _non_empty(_: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"{attribute.name} must be a non-empty str", value=value)
+
+
+def _positive_or_none(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and not value > 0:
+        raise ValidationError(f"{attribute.name} must be > 0 or None", value=value)
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - callable objects
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Tool:
+    """A tool the LocalExecutor runs: declaration plus implementation (RUN-EXE-5).
+
+    ``definition_digest`` is computed from ``definition`` (``digest_tool_definition``).
+    ``timeout`` (seconds, optional) bounds one execution; when it fires the outcome is
+    UNKNOWN with class ``timeout`` (the tool may have had its effect).
+    """
+
+    ref: ToolRef = attrs.field(validator=_non_empty)
+    definition: ToolDefinition = attrs.field(
+        validator=attrs.validators.instance_of(ToolDefinition))
+    fn: Callable[..., Any] = attrs.field(validator=attrs.validators.is_callable())
+    policy: ResponsePolicy = attrs.field(
+        default=ResponsePolicy.DIRECT_EXECUTION,
+        validator=attrs.validators.instance_of(ResponsePolicy))
+    replay: ToolReplay = attrs.field(
+        default=ToolReplay.UNKNOWN, validator=attrs.validators.instance_of(ToolReplay))
+    placement: ToolPlacement = attrs.field(
+        default=ToolPlacement.NONE, validator=attrs.validators.instance_of(ToolPlacement))
+    check: ToolCheck | None = None
+    timeout: float | None = attrs.field(default=None, validator=_positive_or_none)
+    context: bool = False
+    definition_digest: Digest = attrs.field(init=False)
+    schema: Any = attrs.field(init=False, repr=False)
+    is_async: bool = attrs.field(init=False, repr=False)
+
+    @definition_digest.default
+    def _digest(self) -> Digest:
+        return digest_tool_definition(self.definition)
+
+    @schema.default
+    def _schema(self) -> Any:
+        return json.loads(self.definition.parameters)
+
+    @is_async.default
+    def _async(self) -> bool:
+        return _is_async(self.fn)
+
+    @property
+    def name(self) -> str:
+        """The model-facing name (``definition.name``)."""
+        return self.definition.name
+
+    def spec(self) -> ToolSpec:
+        """The agent-side :class:`ToolSpec` that offers this tool to a model."""
+        return ToolSpec(ref=self.ref, name=self.definition.name,
+                        definition_digest=self.definition_digest, policy=self.policy,
+                        replay=self.replay, placement=self.placement)
+
+    def declaration_failure(self, body: ToolAssignment) -> ToolFailure | None:
+        """``tool_definition_mismatch`` when the Run's declaration (definition digest,
+        response policy, replay, placement) differs from this tool's; else ``None``."""
+        mismatched = [
+            name for name, declared, actual in (
+                ("definition_digest", body.definition_digest, self.definition_digest),
+                ("policy", body.policy, self.policy),
+                ("replay", body.replay, self.replay),
+                ("placement", body.placement, self.placement),
+            ) if declared != actual
+        ]
+        if not mismatched:
+            return None
+        return ToolFailure(ToolFailureClass.TOOL_DEFINITION_MISMATCH,
+                           f"{self.ref}: declared {', '.join(mismatched)} differ from the tool")
+
+    def arguments_failure(self, arguments: JSONText) -> ToolFailure | None:
+        """``invalid_arguments`` when *arguments* is not strict JSON, not a JSON object,
+        does not satisfy the parameters schema, does not fit the callable's signature, or
+        fails ``check``; else ``None``. Side-effect free."""
+        try:
+            parse_json_strict(arguments)
+        except ValidationError as error:
+            return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS,
+                               f"arguments are not valid JSON: {error.message or error}")
+        value = json.loads(arguments)
+        if not isinstance(value, dict):
+            return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS,
+                               "arguments must be a JSON object")
+        errors = schema_errors(value, self.schema)
+        if errors:
+            return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS, "; ".join(errors[:5]))
+        unbound = self._binding_error(value)
+        if unbound is not None:
+            return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS, unbound)
+        if self.check is not None:
+            return self.check(value)
+        return None
+
+    def _binding_error(self, arguments: dict[str, Any]) -> str | None:
+        try:
+            signature = inspect.signature(self.fn)
+        except (TypeError, ValueError):  # no introspectable signature: let the call decide
+            return None
+        try:
+            signature.bind(*([None] if self.context else []), **arguments)
+        except TypeError as error:
+            return f"arguments do not fit the tool: {error}"
+        return None
+
+
+def _parameters_text(parameters: Mapping[str, Any] | str | None) -> JSONText:
+    if parameters is None:
+        parameters = DEFAULT_PARAMETERS
+    if isinstance(parameters, str):
+        return canonical_json_text(parse_json_strict(parameters))
+    return canonical_json_text(parameters)
+
+
+def python_tool(fn: Callable[..., Any], *, ref: ToolRef, name: str | None = None,
+                description: str = "", parameters: Mapping[str, Any] | str | None = None,
+                policy: ResponsePolicy = ResponsePolicy.DIRECT_EXECUTION,
+                replay: ToolReplay = ToolReplay.UNKNOWN,
+                placement: ToolPlacement = ToolPlacement.NONE,
+                check: ToolCheck | None = None, timeout: float | None = None,
+                context: bool = False) -> Tool:
+    """Declare *fn* as a tool. ``name`` (model-facing) defaults to ``ref``;
+    ``parameters`` is a JSON-Schema object (mapping or JSON text; default any object).
+
+    Raises ``ValidationError`` for an empty ref or invalid parameters JSON.
+    """
+    definition = ToolDefinition(name=name or ref, description=description,
+                                parameters=_parameters_text(parameters))
+    return Tool(ref=ref, definition=definition, fn=fn, policy=policy, replay=replay,
+                placement=placement, check=check, timeout=timeout, context=context)
+
+
+def tool(ref: ToolRef, **declaration: Any) -> Callable[[Callable[..., Any]], Tool]:
+    """Decorator form of :func:`python_tool`: ``@tool("math.add", parameters={...})``."""
+
+    def wrap(fn: Callable[..., Any]) -> Tool:
+        return python_tool(fn, ref=ref, **declaration)
+
+    return wrap
