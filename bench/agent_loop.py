@@ -145,7 +145,7 @@ def sqlite_commits(path: str, n: int) -> float:
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, data BLOB)")
     start = time.perf_counter()
-    for i in range(n):
+    for _ in range(n):
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("INSERT INTO t (data) VALUES (?)", (b"x" * 200,))
         conn.execute("COMMIT")

@@ -9,6 +9,7 @@ wire. Field validators check single-field rules only; whole-state rules live in
 from __future__ import annotations
 
 import enum
+import re
 from typing import Any, TypeAlias
 
 import attrs
@@ -40,17 +41,12 @@ Scope: TypeAlias = str
 Digest: TypeAlias = str  # "sha256:" + 64 lowercase hex
 JSONText: TypeAlias = str  # always canonical JSON text
 
-_HEX = frozenset("0123456789abcdef")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def is_digest(value: object) -> bool:
     """True iff *value* is ``"sha256:"`` followed by 64 lowercase hex characters."""
-    return (
-        isinstance(value, str)
-        and len(value) == 71
-        and value.startswith("sha256:")
-        and all(c in _HEX for c in value[7:])
-    )
+    return isinstance(value, str) and _DIGEST.fullmatch(value) is not None
 
 
 class RunStatus(enum.Enum):

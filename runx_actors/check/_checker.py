@@ -1,0 +1,93 @@
+"""``check_model``: explore a ``Model`` exhaustively and check its invariants."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ._bfs import bfs
+from ._dfs import dfs
+from ._model import Model
+from ._progress import ProgressCallback, progress_sink
+from ._result import CheckResult, CheckStats, Strategy
+from ._search import SearchContext
+
+__all__ = ["check_model"]
+
+
+def check_model(
+    model: Model[Any],
+    *,
+    strategy: Strategy | str = Strategy.BFS,
+    max_states: int | None = None,
+    max_depth: int | None = None,
+    time_limit: float | None = None,
+    check_deadlock: bool = False,
+    compact: bool = False,
+    progress: bool | ProgressCallback | None = None,
+) -> CheckResult:
+    """Explore every state reachable in *model* and check each against its invariants.
+
+    States are deduplicated on ``model.canonical(state)``; each distinct state is checked
+    against every invariant once, when first discovered. The search stops at the first
+    violation. With ``Strategy.BFS`` its trace is a shortest one.
+
+    Args:
+        strategy: ``Strategy.BFS`` (default) or ``Strategy.DFS`` (or ``"bfs"`` / ``"dfs"``).
+        max_states: stop after this many distinct states (>= 1); the result is then
+            incomplete (``StopReason.MAX_STATES``) if more existed.
+        max_depth: do not follow actions from states this many steps (>= 0) from an initial
+            state; incomplete (``StopReason.MAX_DEPTH``) if any such action was enabled.
+        time_limit: stop after this many seconds (> 0; checked every 256 expansions);
+            incomplete (``StopReason.TIME_LIMIT``).
+        check_deadlock: report a reachable state without enabled actions as a violation of
+            the pseudo-invariant ``DEADLOCK`` (off: terminal states are fine).
+        compact: keep 64-bit hashes of the keys instead of the keys (much less memory for
+            large states; two distinct states sharing a hash, about n**2 / 2**65 likely for
+            n states, would silently merge them).
+        progress: ``None`` (a ``rich`` display on stderr when it is a terminal), ``True``
+            (always), ``False`` (never), or a callback receiving a ``ProgressSnapshot`` at
+            most four times per second.
+
+    Returns:
+        A ``CheckResult``: ``.ok``, ``.violation`` (invariant, message, trace) and
+        ``.stats`` (counts, duration, ``complete``, ``stop_reason``).
+
+    Raises:
+        ValueError: a bound out of range or an unknown strategy.
+        ModelCodeError: the model's own code raised (``.where``, ``.state``, ``.trace``).
+        TraceReplayError: a counterexample could not be rebuilt (``actions`` is not
+            deterministic, or a hash collision in compact mode).
+    """
+    strategy = Strategy(strategy)
+    if max_states is not None and max_states < 1:
+        raise ValueError(f"max_states must be >= 1, got {max_states}")
+    if max_depth is not None and max_depth < 0:
+        raise ValueError(f"max_depth must be >= 0, got {max_depth}")
+    if time_limit is not None and not time_limit > 0:
+        raise ValueError(f"time_limit must be > 0, got {time_limit}")
+    search = bfs if strategy is Strategy.BFS else dfs
+    with progress_sink(progress, f"checking {model.name} ({strategy.value})") as report:
+        ctx = SearchContext(
+            model,
+            max_states=max_states,
+            max_depth=max_depth,
+            time_limit=time_limit,
+            check_deadlock=check_deadlock,
+            compact=compact,
+            report=report,
+        )
+        outcome = search(ctx)
+        duration = time.perf_counter() - ctx.start
+    stats = CheckStats(
+        distinct_states=outcome.distinct_states,
+        transitions=outcome.transitions,
+        max_depth=outcome.max_depth,
+        duration_s=duration,
+        states_per_s=outcome.distinct_states / duration if duration > 0 else 0.0,
+        complete=outcome.stop_reason is None,
+        stop_reason=outcome.stop_reason,
+    )
+    return CheckResult(
+        model=model.name, strategy=strategy, stats=stats, violation=outcome.violation
+    )

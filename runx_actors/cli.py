@@ -1,0 +1,233 @@
+"""The ``runx-actors`` command line.
+
+Exit codes (sysexits-style): 0 success; 1 a check found a counterexample; 64 usage error
+(bad option, unknown model or variant, model not importable yet); 70 the model's own code
+raised while being checked.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any, cast
+
+import attrs
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .check import (
+    CheckConfig,
+    CheckResult,
+    ModelCodeError,
+    ModelNotFoundError,
+    Strategy,
+    TraceFormat,
+    UnknownVariantError,
+    check_model,
+    render_json,
+    render_text,
+    render_trace,
+    result_to_dict,
+)
+from .check import models as check_models
+
+__all__ = ["main", "check", "EX_OK", "EX_VIOLATION", "EX_USAGE", "EX_SOFTWARE"]
+
+EX_OK = 0
+EX_VIOLATION = 1
+EX_USAGE = 64
+EX_SOFTWARE = 70
+
+_DEFAULTS = CheckConfig()
+
+
+class _Main(click.Group):
+    """A group whose usage errors exit 64 (EX_USAGE) instead of click's 2."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            exc.show()
+            sys.exit(EX_USAGE)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else EX_OK)
+
+
+@click.group(cls=_Main)
+def main() -> None:
+    """Durable, governed AI-agent runs as trio actors."""
+
+
+@main.command()
+@click.option(
+    "--model",
+    "model_name",
+    type=click.Choice(check_models.model_names()),
+    default="reference",
+    show_default=True,
+    help="Which model: the spec's reference machine or the real protocol core.",
+)
+@click.option("--runs", type=click.IntRange(min=1), default=_DEFAULTS.runs, show_default=True,
+              help="Runs created.")
+@click.option("--calls", type=click.IntRange(min=0), default=_DEFAULTS.calls, show_default=True,
+              help="Tool calls per tool step.")
+@click.option("--crashes", type=click.IntRange(min=0), default=_DEFAULTS.crashes,
+              show_default=True, help="Runtime crashes the environment may inject.")
+@click.option("--takeovers", type=click.IntRange(min=0), default=_DEFAULTS.takeovers,
+              show_default=True, help="Session takeovers the environment may inject.")
+@click.option("--duplicates", type=click.IntRange(min=0), default=_DEFAULTS.duplicates,
+              show_default=True, help="Duplicate or late outcomes the environment may inject.")
+@click.option("--strategy", type=click.Choice([s.value for s in Strategy]), default="bfs",
+              show_default=True, help="bfs finds a shortest counterexample.")
+@click.option("--max-states", type=click.IntRange(min=1), default=None,
+              help="Stop after N distinct states (result marked incomplete).")
+@click.option("--max-depth", type=click.IntRange(min=0), default=None,
+              help="Do not follow actions from states N steps deep (incomplete if any).")
+@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop after this many seconds (incomplete).")
+@click.option("--check-deadlock", is_flag=True,
+              help="Report reachable states without enabled actions.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option("--trace-format", type=click.Choice(["text", "json", "mermaid"]), default="text",
+              show_default=True, help="How to print a counterexample (without --json).")
+@click.option("--variant", default=None, metavar="NAME",
+              help="Check a deliberately broken variant of the model (a demonstration).")
+@click.option("--no-progress", is_flag=True, help="No progress display on stderr.")
+def check(
+    *,
+    model_name: str,
+    runs: int,
+    calls: int,
+    crashes: int,
+    takeovers: int,
+    duplicates: int,
+    strategy: str,
+    max_states: int | None,
+    max_depth: int | None,
+    time_limit: float | None,
+    check_deadlock: bool,
+    as_json: bool,
+    trace_format: str,
+    variant: str | None,
+    no_progress: bool,
+) -> int:
+    """Model-check a model in a bounded configuration.
+
+    Prints statistics, or the counterexample when an invariant fails. Exits 0 when every
+    invariant holds in every explored state (see "complete" for whether a bound cut the
+    exploration short), 1 with the shortest counterexample when one fails, 64 on usage
+    errors, 70 when the model's own code raised.
+    """
+    config = CheckConfig(
+        runs=runs, calls=calls, crashes=crashes, takeovers=takeovers, duplicates=duplicates
+    )
+    try:
+        model = check_models.load_model(model_name, config, variant)
+    except (ModelNotFoundError, UnknownVariantError) as exc:
+        raise click.UsageError(exc.message) from exc
+    describe = getattr(model, "describe", None)
+    header = {
+        "model": model_name,
+        "variant": variant,
+        "config": attrs.asdict(config),
+    }
+    try:
+        result = check_model(
+            model,
+            strategy=strategy,
+            max_states=max_states,
+            max_depth=max_depth,
+            time_limit=time_limit,
+            check_deadlock=check_deadlock,
+            progress=False if no_progress else None,
+        )
+    except ModelCodeError as exc:
+        _report_model_error(exc, header, as_json, describe)
+        return EX_SOFTWARE
+    if as_json:
+        payload = {**result_to_dict(result, describe), **header}
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        fmt = cast(TraceFormat, trace_format)
+        if result.violation is not None:
+            violation = result.violation
+            click.echo(render_trace(violation.trace, fmt, describe, violation=violation), nl=False)
+        # a JSON or Mermaid trace owns stdout (so it can be piped); the table goes to stderr
+        to_stderr = result.violation is not None and fmt != "text"
+        _print_stats(result, header, invariants=len(model.invariants()), stderr=to_stderr)
+    return EX_OK if result.ok else EX_VIOLATION
+
+
+def _print_stats(
+    result: CheckResult, header: dict[str, Any], *, invariants: int, stderr: bool
+) -> None:
+    console = Console(highlight=False, stderr=stderr)
+    stats = result.stats
+    config = ", ".join(f"{k}={v}" for k, v in header["config"].items())
+    title = f"{result.model}" + (f" (variant {header['variant']})" if header["variant"] else "")
+    table = Table(title=f"model check: {title}", show_header=False)
+    table.add_column("statistic", style="bold")
+    table.add_column("value", justify="right")
+    table.add_row("configuration", config)
+    table.add_row("strategy", result.strategy.value)
+    table.add_row("invariants", str(invariants))
+    table.add_row("distinct states", f"{stats.distinct_states:,}")
+    table.add_row("transitions", f"{stats.transitions:,}")
+    table.add_row("max depth", str(stats.max_depth))
+    table.add_row("duration", f"{stats.duration_s:.3f} s")
+    table.add_row("states/s", f"{stats.states_per_s:,.0f}")
+    reason = stats.stop_reason.value if stats.stop_reason is not None else "?"
+    table.add_row("complete", "yes" if stats.complete else f"no ({reason})")
+    console.print(table)
+    if result.violation is not None:
+        console.print(f"[bold red]FAILED[/]: {result.violation.invariant} is violated")
+    elif stats.complete:
+        held = f"{invariants} invariant{' holds' if invariants == 1 else 's hold'}"
+        console.print(f"[bold green]OK[/]: {held} in all {stats.distinct_states:,} states")
+    else:
+        console.print(
+            f"[bold yellow]OK (incomplete)[/]: no violation among the explored states; "
+            f"exploration stopped at {reason}"
+        )
+
+
+def _report_model_error(
+    exc: ModelCodeError, header: dict[str, Any], as_json: bool, describe: Any
+) -> None:
+    trace = getattr(exc, "trace", None)
+    if as_json:
+        payload: dict[str, Any] = {
+            "ok": False,
+            **header,
+            "error": {
+                "type": type(exc.__cause__).__name__,
+                "where": getattr(exc, "where", None),
+                "message": exc.message,
+                "trace": None if trace is None else render_json(trace, describe),
+            },
+        }
+        click.echo(json.dumps(payload, indent=2))
+        return
+    click.echo(f"error: {exc.message}", err=True)
+    if trace is not None:
+        click.echo(render_text(trace, describe), err=True, nl=False)
+    if exc.__cause__ is not None:
+        click.echo("".join(traceback.format_exception(exc.__cause__)), err=True, nl=False)
