@@ -111,8 +111,10 @@ def _tool_call(state: MachineState, fact: Any) -> tuple[ToolStep, int, ToolCallS
     raise _refuse(fact, "no such call")
 
 
-def _with_call(state: MachineState, step: ToolStep, index: int, call: ToolCallState) -> MachineState:
-    calls = step.calls[:index] + (call,) + step.calls[index + 1 :]
+def _with_call(
+    state: MachineState, step: ToolStep, index: int, call: ToolCallState
+) -> MachineState:
+    calls = (*step.calls[:index], call, *step.calls[index + 1 :])
     new_step = attrs.evolve(step, calls=calls)
     # Step closing rule (§2.5, INV-18): written once, applied after every call fact.
     if all(c.status in TERMINAL_CALL_STATUSES for c in calls):

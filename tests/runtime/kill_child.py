@@ -17,7 +17,14 @@ import time
 
 import trio
 
-from runx_actors.executors import ToolContext, call_tools, open_local_executor, python_tool, reply, tool_call
+from runx_actors.executors import (
+    ToolContext,
+    call_tools,
+    open_local_executor,
+    python_tool,
+    reply,
+    tool_call,
+)
 from runx_actors.protocol.values import ModelRequest, ModelResult, RunStatus, ToolReplay
 from runx_actors.runtime import LoopDisposition, open_runtime
 from runx_actors.runtime._events import Event, EventKind
@@ -71,7 +78,7 @@ async def main(db: str, side_file: str, runs: int) -> None:
         while pending:
             results: dict[str, LoopDisposition] = {}
 
-            async def one(run_id: str) -> None:
+            async def one(run_id: str, results: dict[str, LoopDisposition] = results) -> None:
                 results[run_id] = (await rt.drive(run_id)).disposition
 
             async with trio.open_nursery() as nursery:

@@ -16,8 +16,7 @@ import sys
 import trio
 
 from runx_actors.protocol.facts import ModelStepRecovered, ToolCallFailed, ToolCallStarted
-from runx_actors.protocol.values import ToolFailureOutcome
-from runx_actors.protocol.values import RunStatus
+from runx_actors.protocol.values import RunStatus, ToolFailureOutcome
 from runx_actors.store.sqlite import open_sqlite_store
 
 CHILD = pathlib.Path(__file__).with_name("kill_child.py")
