@@ -1,0 +1,100 @@
+"""The ``runx-actors verify`` command as a plain function (loop-host §5.4, §9.1, §9.4).
+
+The CLI only wires arguments to :func:`verify_command` and prints its result::
+
+    result = verify_command(receipt_id, receipt_dir=receipt_dir, receipt=receipt,
+                            as_json=as_json,
+                            allow_local_development_signatures=allow_local,
+                            env=os.environ, cwd=os.getcwd(), stdin=sys.stdin.buffer)
+    sys.stdout.write(result.stdout); sys.stderr.write(result.stderr)
+    sys.exit(result.exit_code)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import BinaryIO
+
+import attrs
+
+from ._errors import (
+    KeyringConfigError,
+    ReceiptDirectoryNotFoundError,
+    ReceiptInputError,
+    ReceiptNotFoundError,
+    SigningConfigError,
+)
+from ._files import resolve_receipt_dir
+from ._format import format_report, format_verdict
+from ._signing import keyring_from_env
+from ._single import read_receipt_input, verify_receipt_bytes
+from ._tree import EXIT_ERROR, EXIT_USAGE, verify_directory
+from ._verify import SignatureMode
+
+__all__ = ["CommandResult", "verify_command"]
+
+_PREFIX = "runx-actors: verify: "
+
+
+@attrs.frozen
+class CommandResult:
+    """What the command prints and how it exits."""
+
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+
+
+def _error(message: str, code: int = EXIT_ERROR) -> CommandResult:
+    return CommandResult(exit_code=code, stderr=_PREFIX + message + "\n")
+
+
+def verify_command(
+    receipt_id: str | None = None,
+    *,
+    receipt_dir: str | None = None,
+    receipt: str | None = None,
+    as_json: bool = False,
+    allow_local_development_signatures: bool = False,
+    env: Mapping[str, str],
+    cwd: str | os.PathLike[str],
+    stdin: BinaryIO | None = None,
+) -> CommandResult:
+    """Run ``verify`` (§5.4) and return its output and exit code.
+
+    * Tree mode: ``verify [receipt-id] [-R D] [--json]
+      [--allow-local-development-signatures]``; the directory is resolved by §5.1
+      (*receipt_dir*, ``$RUNX_RECEIPT_DIR``, ``<P>/receipts`` …).
+    * Single mode: ``verify --receipt <path|-> [--json]`` (*receipt*; ``-`` reads
+      *stdin*).
+
+    The keyring comes from *env* (§4.6: ``RUNX_RECEIPT_VERIFY_*`` plus a fully set signing
+    identity). Exit codes: 0 valid; 3 verification found something invalid; 1 an I/O,
+    parse or configuration error (missing directory, unknown receipt id, unreadable,
+    non-JSON or oversized single input); 64 a usage error (``--receipt`` combined with a
+    receipt id or ``-R``). Errors go to stderr prefixed ``runx-actors: verify:``.
+    Raises nothing.
+    """
+    if receipt is not None and (receipt_id is not None or receipt_dir is not None):
+        return _error("--receipt cannot be combined with a receipt-id or -R/--receipt-dir",
+                      EXIT_USAGE)
+    mode = (SignatureMode.LOCAL_DEVELOPMENT if allow_local_development_signatures
+            else SignatureMode.PRODUCTION)
+    try:
+        keyring = keyring_from_env(env)
+        if receipt is not None:
+            data = read_receipt_input(receipt, stdin=stdin, cwd=cwd)
+            verdict = verify_receipt_bytes(data, keyring=keyring, mode=mode, source=receipt)
+            return CommandResult(exit_code=verdict.exit_code,
+                                 stdout=format_verdict(verdict, as_json=as_json))
+        directory = resolve_receipt_dir(receipt_dir, env, cwd)
+        report = verify_directory(directory, keyring=keyring, mode=mode,
+                                  receipt_id=receipt_id)
+        return CommandResult(exit_code=report.exit_code,
+                             stdout=format_report(report, as_json=as_json))
+    except (KeyringConfigError, SigningConfigError, ReceiptDirectoryNotFoundError,
+            ReceiptNotFoundError, ReceiptInputError) as exc:
+        return _error(str(exc))
+    except OSError as exc:
+        return _error(str(exc))
