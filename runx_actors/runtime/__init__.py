@@ -57,6 +57,7 @@ __all__ = [
 
 for _name in __all__:
     _obj = globals()[_name]
-    if isinstance(_obj, type):
+    # only our own classes: re-exported ones (Verdict is effect.Verdict) keep their home
+    if isinstance(_obj, type) and _obj.__module__.startswith(__name__ + "."):
         _obj.__module__ = __name__
 del _name, _obj
