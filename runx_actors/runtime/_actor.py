@@ -9,18 +9,20 @@ moment it is idle, with no checkpoint between the emptiness check and the remova
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
+from .. import effect
 from ..protocol.errors import (
     DispatchUnknownError,
     DriveCancelledError,
     OwnershipLostError,
     RunAlreadyRunningError,
 )
-from ._events import EventSink
+from ._events import Durability, Event, EventKind, EventSink, safe_emit
 from ._loop import LoopContext, count_started
 from ._mailbox import Mailbox, MailboxStatistics
 from ._results import LoopDisposition, LoopResult
@@ -30,6 +32,16 @@ if TYPE_CHECKING:
     from ._runtime import RunRuntime
 
 __all__ = ["RunActor", "ActorStatistics", "Request"]
+
+_log = logging.getLogger("runx_actors.runtime.actor")
+
+#: Provisional event kind of each progress frame kind (spec §5.13); END closes a stream.
+_PROGRESS_EVENT = {
+    effect.ProgressKind.MODEL_TEXT_DELTA: EventKind.MODEL_TEXT_DELTA,
+    effect.ProgressKind.MODEL_REASONING_DELTA: EventKind.MODEL_REASONING_DELTA,
+    effect.ProgressKind.TOOL_PROGRESS: EventKind.TOOL_PROGRESS,
+    effect.ProgressKind.RESET: EventKind.PROGRESS_RESET,
+}
 
 
 @attrs.define(eq=False)
@@ -98,8 +110,15 @@ class RunActor:
     # -- lifetime --------------------------------------------------------------------------
 
     def _retire_if_idle(self) -> bool:
-        """Leave the registry if idle. Synchronous: no checkpoint can split it (INV-43)."""
-        if self.operations == 0 and self.mailbox.empty():
+        """Leave the registry if idle. Synchronous: no checkpoint can split it (INV-43).
+
+        Idle = no operation in progress and no request queued. Internal messages left
+        over from a finished operation (a wake-up poke, an Outcome that arrived as the
+        drive ended) are stale: nothing waits for them, so they are dropped rather than
+        keeping the actor registered after its caller has been answered.
+        """
+        if self.operations == 0 and self.mailbox.external_empty():
+            self.mailbox.clear_internal()
             if self.runtime._actors.get(self.run_id) is self:
                 del self.runtime._actors[self.run_id]
             return True
@@ -152,8 +171,11 @@ class RunActor:
                 request.value = await ctx.redispatch(request.key)
             else:  # pragma: no cover - handles build only these kinds
                 raise ValueError(f"unknown request kind {request.kind!r}")
-        except trio.Cancelled as exc:
-            request.error = exc
+        except trio.Cancelled:
+            # The runtime is shutting down (its nursery was cancelled). The Cancelled
+            # belongs to the actor's scope, not to the caller's: hand the caller an
+            # error of its own instead of a foreign Cancelled.
+            request.error = trio.ClosedResourceError("the runtime closed during the request")
             raise
         except Exception as exc:
             request.error = exc
@@ -171,6 +193,19 @@ class RunActor:
             self.mailbox.put_internal_nowait(_ReadFailed(failed_key, error))
 
         return self.runtime.watcher.watch(key, deliver=deliver, fail=fail)
+
+    def _relay_progress(self, key: Any, ctx: LoopContext) -> trio.CancelScope | None:
+        """Relay *key*'s progress frames to the drive's sink as provisional events
+        (§5.9, §5.13), if the executor offers progress. Cancel the scope to stop."""
+        executor = self.runtime.executor
+        nursery = self.runtime._nursery
+        if ctx.sink is None or nursery is None or not isinstance(executor,
+                                                                 effect.ProgressPort):
+            return None
+        scope = trio.CancelScope()
+        nursery.start_soon(_relay, executor, key, ctx.sink, ctx.scope, scope,
+                           name=f"run-progress:{key.effect}")
+        return scope
 
     async def _cancel_at_executor(self, keys: Any) -> None:
         for key in tuple(keys):
@@ -223,6 +258,7 @@ class RunActor:
     async def _drive(self, request: Request, ctx: LoopContext) -> LoopResult:
         """The drive loop of §5.9: advance, watch, settle, until nothing more can happen."""
         pending: dict[Any, Any] = {}
+        relays: list[trio.CancelScope] = []
         self.in_flight = pending
         cancelled = False
         fenced: OwnershipLostError | None = None
@@ -252,6 +288,9 @@ class RunActor:
                         keys = result.dispatched
                     for key in keys:
                         pending[key] = self._watch(key)
+                        relay = self._relay_progress(key, ctx)
+                        if relay is not None:
+                            relays.append(relay)
                     continue
                 message = await self.mailbox.get()
                 if isinstance(message, _OutcomeArrived):
@@ -280,4 +319,24 @@ class RunActor:
         finally:
             for registration in pending.values():
                 registration.cancel()
+            for relay in relays:
+                relay.cancel()
             self.in_flight = {}
+
+
+async def _relay(executor: Any, key: Any, sink: EventSink, session: str,
+                 scope: trio.CancelScope) -> None:
+    """Emit *key*'s progress frames as provisional events until END or *scope* is
+    cancelled. Provisional events carry no promise: any error just ends the relay."""
+    with scope:
+        try:
+            async for frame in executor.progress(key):
+                kind = _PROGRESS_EVENT.get(frame.kind)
+                if kind is None:  # END: the stream is over
+                    return
+                safe_emit(sink, Event(
+                    kind=kind, durability=Durability.PROVISIONAL, session=session,
+                    run_id=key.run_id, effect=key.effect, generation=frame.generation,
+                    sequence=frame.sequence, payload=frame.payload))
+        except Exception as exc:
+            _log.debug("progress relay of %r ended: %r", key, exc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
@@ -22,7 +23,13 @@ from ..protocol import facts as F
 from ..protocol.canonical import canonical_json_text, decode_frozen, typed_envelope
 from ..protocol.commit import CommitRequest, CommitResult, Snapshot, envelope
 from ..protocol.digests import decision_digest, digest_tool_response_payload
-from ..protocol.errors import FrozenValueMissingError, ValidationError
+from ..protocol.errors import (
+    ExecutionNotFoundError,
+    FrozenValueMissingError,
+    OutcomeUnavailableError,
+    OwnershipLostError,
+    ValidationError,
+)
 from ..protocol.ids import derive_input_command_id, derive_response_command_id
 from ..protocol.plan import Prompt, PromptInput, waiting_calls
 from ..protocol.values import (
@@ -46,6 +53,8 @@ __all__ = [
     "approve", "reject", "answer", "accept_input", "cancel_run", "TranscriptBuilder",
     "ToolOffer", "Runtime", "open_runtime", "input_body", "AGENT_INPUT",
 ]
+
+_log = logging.getLogger("runx_actors.runtime.app")
 
 #: Frozen body type of an input's text: ``{"text": str}``.
 AGENT_INPUT = "agent_input"
@@ -301,6 +310,20 @@ async def _watch_kept(rt: RunRuntime, keys: tuple[Any, ...]) -> None:
 
 
 async def _settle_kept(rt: RunRuntime, key: Any) -> None:
-    outcome = await rt.watcher.await_outcome(key)
-    await rt.deliver(outcome)
+    """Wait for one kept key and settle it. A definitive read error leaves the target
+    EXECUTING (§6.10: reported, not fatal); a settlement error other than ownership loss
+    is logged: neither may take the whole runtime down."""
+    try:
+        outcome = await rt.watcher.await_outcome(key)
+    except (ExecutionNotFoundError, OutcomeUnavailableError, trio.ClosedResourceError) as exc:
+        _log.warning("kept effect %r has no readable outcome: %r", key, exc)
+        return
+    try:
+        await rt.deliver(outcome)
+    except OwnershipLostError:
+        raise  # terminal for this runtime (§4.4)
+    except trio.ClosedResourceError:
+        return  # the runtime is closing
+    except Exception:
+        _log.exception("settling the kept effect %r failed", key)
 

@@ -1,6 +1,6 @@
 """One Run's loop operations: commit, advance, start barrier, deliver, redispatch.
 
-These are the steps of spec §5.4–§5.10, run by the Run's actor (never concurrently for
+These are the steps of spec §5.4-§5.10, run by the Run's actor (never concurrently for
 one Run). Each iteration loads, asks the pure core (``plan_next``), and does exactly the
 I/O it named (style §5). The shell never edits state: failures are reported back to the
 core as commands.

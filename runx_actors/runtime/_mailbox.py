@@ -80,6 +80,14 @@ class Mailbox:
     def empty(self) -> bool:
         return not self._internal and not self._external
 
+    def external_empty(self) -> bool:
+        """No external request is queued (internal messages are not counted)."""
+        return not self._external
+
+    def clear_internal(self) -> None:
+        """Drop every queued internal message (not a checkpoint)."""
+        self._internal.clear()
+
     def statistics(self) -> MailboxStatistics:
         return MailboxStatistics(len(self._external), self.size, len(self._internal),
                                  len(self._room))

@@ -32,7 +32,7 @@ from ..protocol.errors import (
 )
 from ..protocol.plan import RecoveryTarget, recovery_command, recovery_targets
 from ..protocol.state import MachineState, ModelStep, ToolStep
-from ._ledger import DispatchLedger, DispatchPlanned, Dispatched, GivenUp
+from ._ledger import Dispatched, DispatchLedger, DispatchPlanned, GivenUp
 
 __all__ = [
     "Verdict", "MissingPolicy", "Decision", "Reconciler", "recover_interrupted",

@@ -55,6 +55,7 @@ class RunRuntime:
         self._actors: dict[str, RunActor] = {}
         self._nursery: trio.Nursery | None = None
         self._stack: contextlib.AsyncExitStack | None = None
+        self._closed = False
 
     @property
     def scope(self) -> str:
@@ -80,6 +81,7 @@ class RunRuntime:
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> bool | None:
         assert self._stack is not None and self._nursery is not None
+        self._closed = True  # no new actor from here on (requests get ClosedResourceError)
         self._nursery.cancel_scope.cancel()
         self.hub.close()
         try:
@@ -106,11 +108,11 @@ class RunRuntime:
     def _actor(self, run_id: str) -> RunActor:
         actor = self._actors.get(run_id)
         if actor is None:
-            if self._nursery is None:
+            if self._nursery is None or self._closed:
                 raise trio.ClosedResourceError("the runtime is not open")
             actor = RunActor(self, run_id, self.mailbox_size)
-            self._actors[run_id] = actor
             self._nursery.start_soon(actor.main, name=f"run-actor:{run_id}")
+            self._actors[run_id] = actor  # registered only once it has a task (INV-43)
         return actor
 
     async def deliver(self, outcome: Any, *, sink: EventSink | None = None) -> LoopResult:

@@ -54,7 +54,7 @@ def _non_negative(_: Any, attribute: attrs.Attribute[Any], value: float) -> None
 @attrs.frozen(kw_only=True)
 class DispatchPolicy:
     """Offers of one Assignment: ``retries == 0`` means 3 offers in total; otherwise
-    ``retries`` offers. After the k-th retryable refusal sleep ``backoff × k`` seconds
+    ``retries`` offers. After the k-th retryable refusal sleep ``backoff * k`` seconds
     (``backoff == 0`` means 0.05 s)."""
 
     retries: int = attrs.field(default=0, validator=_non_negative)
