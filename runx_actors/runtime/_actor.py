@@ -215,7 +215,18 @@ class RunActor:
                 pass
 
     async def _advance(self, request: Request, ctx: LoopContext) -> LoopResult:
-        result = await ctx.advance(request.builder)
+        try:
+            result = await ctx.advance(request.builder)
+        except OwnershipLostError:
+            await self._cancel_at_executor(ctx.take_in_batch())
+            raise
+        except DispatchUnknownError:
+            raise  # carries .dispatched: the caller owns those keys (D-4)
+        except Exception:
+            keys = ctx.take_in_batch()
+            if keys:  # interrupted mid-batch: the caller never sees these keys
+                await self._settle_pending(ctx, list(keys), cancel=False)
+            raise
         if request.cancelled and result.disposition is LoopDisposition.DISPATCHED:
             # The caller will never receive these keys: cancel, await and settle them.
             await self._settle_pending(ctx, list(result.dispatched), cancel=True)
@@ -280,6 +291,16 @@ class RunActor:
                     except DispatchUnknownError as exc:  # D-4
                         deferred = exc
                         keys = tuple(getattr(exc, "dispatched", ()))
+                    except OwnershipLostError:
+                        # fenced mid-batch: what already started is cancelled, never settled
+                        await self._cancel_at_executor(ctx.take_in_batch())
+                        raise
+                    except Exception as exc:
+                        # interrupted mid-batch: settle what really started, then raise
+                        keys = ctx.take_in_batch()
+                        if not keys:
+                            raise
+                        deferred = exc
                     else:
                         if result.disposition is not LoopDisposition.DISPATCHED:
                             if request.cancelled:

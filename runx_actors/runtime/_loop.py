@@ -102,7 +102,12 @@ def result_json(state: MachineState) -> str | None:
 
 @attrs.define
 class LoopContext:
-    """Everything one loop operation of one Run needs (no state of its own)."""
+    """Everything one loop operation of one Run needs.
+
+    ``in_batch`` holds the keys the current tool batch dispatched so far: if the batch is
+    interrupted by an exception, the caller (the drive) still watches and settles them
+    (they really started), or cancels them when ownership was lost (INV-28).
+    """
 
     store: Any  # RunStore
     executor: Any  # ExecutionPort
@@ -111,6 +116,12 @@ class LoopContext:
     sink: EventSink | None = None
     started_tool_calls: Any = None  # async () -> int, for the tool budget
     cancel_requested: Any = None  # () -> bool
+    in_batch: list[Any] = attrs.Factory(list)
+
+    def take_in_batch(self) -> tuple[Any, ...]:
+        """The keys an interrupted batch dispatched (and forget them)."""
+        keys, self.in_batch = tuple(self.in_batch), []
+        return keys
 
     @property
     def scope(self) -> str:
@@ -310,6 +321,7 @@ class LoopContext:
         budget = self.settings.max_tool_calls
         started = await self.started_tool_calls() if budget and self.started_tool_calls else 0
         keys: list[Any] = []
+        self.in_batch = keys
         latest = snapshot
         for call_id in batch:
             if self._cancelled():
@@ -334,6 +346,7 @@ class LoopContext:
             if key is not None:
                 started += 1
                 keys.append(key)
+        self.in_batch = []
         if keys:
             return LoopResult(disposition=LoopDisposition.DISPATCHED, dispatched=tuple(keys))
         return RELOAD
