@@ -73,6 +73,10 @@ _log = logging.getLogger("runx_actors.executors.local")
 #: Abort tombstones kept before the oldest is forgotten (a forgotten tombstone no longer
 #: blocks a late dispatch of its key; keep this well above the takeover rate).
 DEFAULT_RETAINED_TOMBSTONES = 16384
+#: Settled but not yet acknowledged Outcomes kept before the oldest is forgotten. Nobody
+#: has settled these yet, so evicting one forces a takeover; keep it well above the
+#: number of effects an owner can have in flight.
+DEFAULT_RETAINED_UNREAD = 65536
 
 
 class LocalExecutor:
@@ -84,8 +88,10 @@ class LocalExecutor:
 
     * ``tools``: :class:`Tool` declarations, keyed by ``ref`` (duplicates refused).
     * ``models``: ``ModelRef → model`` (objects with ``async complete(request)``).
-    * ``retain``: settled records kept readable (default 1024); older ones read as not
-      found / ``missing`` (§6.9). ``retain_tombstones``: abort tombstones kept.
+    * ``retain``: acknowledged (collected) records kept (default 1024); older ones read
+      as not found / ``missing`` (§6.9). ``retain_unread``: settled records nobody has
+      acknowledged yet, kept separately (default 65536) so a slow owner never loses an
+      Outcome it has not settled. ``retain_tombstones``: abort tombstones kept.
     * ``settlement_window`` (4096) and ``progress_ring`` (256): notification bounds.
     * ``max_attempts`` (1 = no retry) and ``backoff`` (seconds * attempt): the worker's
       retry budget for failures whose disposition is ALLOWED (RUN-EXE-11).
@@ -101,7 +107,8 @@ class LocalExecutor:
                  settlement_window: int = DEFAULT_SETTLEMENT_WINDOW,
                  progress_ring: int = DEFAULT_PROGRESS_RING, max_attempts: int = 1,
                  backoff: float = 0.5, model_timeout: float | None = None,
-                 provider: str = "local", epoch: str | None = None) -> None:
+                 provider: str = "local", epoch: str | None = None,
+                 retain_unread: int = DEFAULT_RETAINED_UNREAD) -> None:
         table = _catalog(tools)
         _check_bounds(retain, retain_tombstones, settlement_window, progress_ring,
                       max_attempts, backoff, model_timeout)
@@ -109,6 +116,7 @@ class LocalExecutor:
         self._tools = table
         self._models: dict[ModelRef, Model] = dict(models or {})
         self._retain = retain
+        self._retain_unread = max(retain_unread, 1)
         self._retain_tombstones = retain_tombstones
         self._ring_size = progress_ring
         self._max_attempts = max_attempts
@@ -118,9 +126,8 @@ class LocalExecutor:
         self._epoch = epoch or f"{provider}-{secrets.token_hex(8)}"
         self._log = SettlementLog(self._epoch, settlement_window)
         self._records: dict[AssignmentKey, Record] = {}
-        # Settled records in settlement order: unacknowledged ones, and acknowledged ones
-        # (collected). Retention evicts collected records first, so an Outcome nobody has
-        # read yet is evicted only when every retained record is unread (RUN-EXE-13).
+        # Settled records in settlement order: unacknowledged ones (bounded by
+        # retain_unread) and acknowledged ones (collected, bounded by retain) (RUN-EXE-13).
         self._settled: OrderedDict[AssignmentKey, None] = OrderedDict()
         self._collected: OrderedDict[AssignmentKey, None] = OrderedDict()
         self._tombstones: OrderedDict[AssignmentKey, None] = OrderedDict()
@@ -369,6 +376,8 @@ class LocalExecutor:
             record.history.append("outcome_acknowledged")
             if self._settled.pop(key, 0) is None:
                 self._collected[key] = None
+                while len(self._collected) > self._retain:
+                    self._evict_nowait(self._collected)
 
     # -- lifetime, introspection, fault injection ---------------------------------------
 
@@ -531,12 +540,14 @@ class LocalExecutor:
         record.ring.end_nowait()
         key = record.key
         self._settled[key] = None
-        while len(self._settled) + len(self._collected) > self._retain:
-            oldest = self._collected if self._collected else self._settled
-            old, _ = oldest.popitem(last=False)
-            del self._records[old]
-            self._evicted += 1
+        while len(self._settled) > self._retain_unread:
+            self._evict_nowait(self._settled)
         self._log.append_nowait(key)
+
+    def _evict_nowait(self, table: OrderedDict[AssignmentKey, None]) -> None:
+        old, _ = table.popitem(last=False)
+        del self._records[old]
+        self._evicted += 1
 
     def _close_nowait(self) -> None:
         if self._closed:
@@ -624,7 +635,9 @@ async def open_local_executor(*, tools: Iterable[Tool] = (),
                               progress_ring: int = DEFAULT_PROGRESS_RING,
                               max_attempts: int = 1, backoff: float = 0.5,
                               model_timeout: float | None = None, provider: str = "local",
-                              epoch: str | None = None) -> AsyncIterator[LocalExecutor]:
+                              epoch: str | None = None,
+                              retain_unread: int = DEFAULT_RETAINED_UNREAD,
+                              ) -> AsyncIterator[LocalExecutor]:
     """Open a :class:`LocalExecutor` (same keyword arguments) whose workers run in a
     nursery of this block.
 
@@ -642,7 +655,8 @@ async def open_local_executor(*, tools: Iterable[Tool] = (),
             nursery=nursery, tools=tools, models=models, retain=retain,
             retain_tombstones=retain_tombstones, settlement_window=settlement_window,
             progress_ring=progress_ring, max_attempts=max_attempts, backoff=backoff,
-            model_timeout=model_timeout, provider=provider, epoch=epoch)
+            model_timeout=model_timeout, provider=provider, epoch=epoch,
+            retain_unread=retain_unread)
         try:
             yield executor
         finally:

@@ -256,7 +256,8 @@ async def test_validate_checks_the_callable_signature() -> None:
 # -- §8.4 #86 ------------------------------------------------------------------------------
 
 async def test_local_executor_retains_bounded_outcomes() -> None:
-    """#86: after more than 1024 settled keys the oldest reads as not found / missing."""
+    """#86: after more than 1024 settled (and acknowledged) keys the oldest reads as not
+    found / missing."""
     counter = Counter()
     tool = python_tool(counter, ref="count")
     total = effect.DEFAULT_RETAINED_OUTCOMES + 6
@@ -265,7 +266,7 @@ async def test_local_executor_retains_bounded_outcomes() -> None:
         for i in range(total):
             await ex.dispatch(rekey(first, f"k{i}"))
             await trio.testing.wait_all_tasks_blocked()
-        await ex.acknowledge(effect.AssignmentKey("scope-1", "run-1", f"k{total - 1}"))
+            await ex.acknowledge(rekey(first, f"k{i}").key)
         stats = ex.statistics()
         assert counter.runs == total
         assert stats.retained == effect.DEFAULT_RETAINED_OUTCOMES
@@ -278,8 +279,7 @@ async def test_local_executor_retains_bounded_outcomes() -> None:
                 await ex.get_outcome(old.key)
             assert ex.history(old.key) == ()
         kept = rekey(first, "k6")
-        assert isinstance((await ex.get_outcome(kept.key)).result,
-                          effect.ToolExecutionSucceeded)
+        assert (await ex.attach(kept)).state is effect.AttachmentState.TERMINAL
         newest = rekey(first, f"k{total - 1}")
         assert await ex.get_status(newest.key) is effect.ExecutionStatus.COMPLETED
 
@@ -818,3 +818,22 @@ async def test_closing_before_a_worker_starts_settles_at_once() -> None:
         await ex.aclose()  # closes before its checkpoint: the worker has not run yet
         assert (await ex.get_outcome(a.key)).result == effect.Cancelled("executor closed")
     assert counter.runs == 0
+
+
+async def test_unread_outcomes_survive_the_retention_bound() -> None:
+    """An Outcome nobody acknowledged yet is not evicted by the 1024 bound: a slow owner
+    (many Runs settling at once) must still be able to read it (RUN-EXE-13)."""
+    counter = Counter()
+    tool = python_tool(counter, ref="count")
+    async with open_local_executor(tools=[tool], retain=4, retain_unread=8) as ex:
+        first = tool_assignment(tool, effect_id="u0")
+        for i in range(8):
+            await ex.dispatch(rekey(first, f"u{i}"))
+            await trio.testing.wait_all_tasks_blocked()
+        for i in range(8):  # all 8 unread outcomes are still readable with retain=4
+            assert isinstance((await ex.get_outcome(rekey(first, f"u{i}").key)).result,
+                              effect.ToolExecutionSucceeded)
+        await ex.dispatch(rekey(first, "u8"))  # the 9th unread one evicts the oldest
+        await trio.testing.wait_all_tasks_blocked()
+        assert await ex.get_status(rekey(first, "u0").key) is effect.ExecutionStatus.NOT_FOUND
+        assert ex.statistics().evicted == 1
