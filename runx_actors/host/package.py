@@ -1,0 +1,446 @@
+"""Skill packages: loading ``X.yaml``, the package digest and the input contract
+(loop-host §2.2, §3.1, §3.2, §6.1).
+
+A package is a directory holding ``SKILL.md`` and ``X.yaml``. ``X.yaml`` is parsed with
+PyYAML and structured with one cattrs converter that forbids unknown keys (that is how
+"unknown keys are errors" is enforced) and refuses silent coercions (a number where a
+string is declared, a string where a bool is declared).
+
+Runners:
+
+* ``scripted-run`` **[ours]**: one Run driven by a built-in deterministic model named by
+  ``script``. ``tools`` is the catalog offered to the model, ``allowed_tools`` what the
+  policy gate lets start, ``approval_required`` the catalog tools whose calls wait for a
+  host-attested approval.
+* ``graph``: one Run whose steps are agent tasks (``run.type: agent-task``); each step
+  declares its inputs (``$input.<name>`` or a literal string), its string outputs, its
+  context skills and its ``allowed_tools``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+import attrs
+import cattrs
+import yaml
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
+
+from ._hashing import digest_bytes, digest_json
+from .context import ContextSkill, read_front_matter, resolve_refs
+from .errors import InputContractError, PackageError
+
+__all__ = [
+    "NO_DEFAULT",
+    "INPUT_TYPES",
+    "InputSpec",
+    "ScriptedRunner",
+    "AgentTaskRun",
+    "GraphStep",
+    "GraphRunner",
+    "Runner",
+    "HarnessSection",
+    "PackageSpec",
+    "Package",
+    "load_package",
+    "package_digest",
+    "apply_input_contract",
+    "converter",
+]
+
+
+class _NoDefault:
+    def __repr__(self) -> str:
+        return "NO_DEFAULT"
+
+
+#: Marks an input declared without a default.
+NO_DEFAULT: Any = _NoDefault()
+#: Input types of the contract (§3.2).
+INPUT_TYPES = frozenset({"string", "number", "boolean"})
+_OUTPUT_TYPES = frozenset({"string"})
+_EXCLUDED_DIRS = frozenset({".runx", "__pycache__"})
+_MAX_REQUESTED_TOOL = 128
+
+
+@attrs.frozen(kw_only=True)
+class InputSpec:
+    """One declared input: ``type`` (``string``, ``number`` or ``boolean``),
+    ``required`` and an optional ``default``."""
+
+    type: str
+    required: bool = False
+    default: Any = NO_DEFAULT
+    description: str = ""
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not NO_DEFAULT
+
+
+@attrs.frozen(kw_only=True)
+class ScriptedRunner:
+    """A ``scripted-run`` runner **[ours]**: one Run driven by the model ``script``."""
+
+    type: Literal["scripted-run"]
+    script: str
+    default: bool = False
+    description: str = ""
+    timeout_seconds: float = 60.0
+    tools: tuple[str, ...] = ()
+    allowed_tools: tuple[str, ...] = ()
+    approval_required: tuple[str, ...] = ()
+    inputs: dict[str, InputSpec] = attrs.field(factory=dict)
+
+    @property
+    def kind(self) -> str:
+        """``single`` (the ``runner_kind`` of ``run_opened``)."""
+        return "single"
+
+
+@attrs.frozen(kw_only=True)
+class AgentTaskRun:
+    """``run: {type: agent-task, agent, task}`` of a graph step."""
+
+    type: Literal["agent-task"]
+    agent: str
+    task: str
+
+
+@attrs.frozen(kw_only=True)
+class GraphStep:
+    """One agent-task step of a graph runner."""
+
+    id: str
+    run: AgentTaskRun
+    inputs: dict[str, str] = attrs.field(factory=dict)
+    outputs: dict[str, str] = attrs.field(factory=dict)
+    context_skills: tuple[str, ...] = ()
+    allowed_tools: tuple[str, ...] = ()
+    instructions: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class GraphRunner:
+    """A ``graph`` runner: one Run, one agent task per step, in order."""
+
+    type: Literal["graph"]
+    graph: str
+    steps: tuple[GraphStep, ...]
+    default: bool = False
+    description: str = ""
+    timeout_seconds: float = 60.0
+    inputs: dict[str, InputSpec] = attrs.field(factory=dict)
+
+    @property
+    def kind(self) -> str:
+        """``graph`` (the ``runner_kind`` of ``run_opened``)."""
+        return "graph"
+
+    @property
+    def allowed_tools(self) -> tuple[str, ...]:
+        """The union of the steps' ``allowed_tools``, in declaration order."""
+        out: list[str] = []
+        for step in self.steps:
+            out += [t for t in step.allowed_tools if t not in out]
+        return tuple(out)
+
+
+Runner = ScriptedRunner | GraphRunner
+
+
+@attrs.frozen(kw_only=True)
+class HarnessSection:
+    """``harness:`` of ``X.yaml``. ``cases`` are kept as parsed YAML: the harness
+    structures them itself (with its own error messages, §8.2)."""
+
+    files: dict[str, str] = attrs.field(factory=dict)
+    cases: tuple[Any, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class PackageSpec:
+    """The structured ``X.yaml``."""
+
+    name: str
+    runners: dict[str, Runner]
+    description: str = ""
+    harness: HarnessSection | None = None
+
+
+# -- the converter -----------------------------------------------------------------------
+
+
+def _strict(kind: type, what: str) -> Any:
+    def hook(value: Any, _: Any) -> Any:
+        if kind is float:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"expected {what}, got {value!r}")
+            return float(value)
+        if kind is int and isinstance(value, bool):
+            raise TypeError(f"expected {what}, got {value!r}")
+        if not isinstance(value, kind):
+            raise TypeError(f"expected {what}, got {value!r}")
+        return value
+
+    return hook
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook(str, _strict(str, "a string"))
+    conv.register_structure_hook(bool, _strict(bool, "a boolean"))
+    conv.register_structure_hook(int, _strict(int, "an integer"))
+    conv.register_structure_hook(float, _strict(float, "a number"))
+
+    def runner(value: Any, _: Any) -> Runner:
+        if not isinstance(value, Mapping):
+            raise TypeError(f"a runner must be a mapping, got {value!r}")
+        kind = value.get("type")
+        if kind == "scripted-run":
+            return conv.structure(value, ScriptedRunner)
+        if kind == "graph":
+            return conv.structure(value, GraphRunner)
+        raise ValueError(f"unknown runner type {kind!r} (expected scripted-run or graph)")
+
+    conv.register_structure_hook(Runner, runner)
+    return conv
+
+
+#: The one converter that structures ``X.yaml`` (``forbid_extra_keys=True``).
+converter = _make_converter()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ForbiddenExtraKeysError):
+        return f"unknown keys {sorted(exc.extra_fields)} in {exc.cl.__name__}"
+    if isinstance(exc, ClassValidationError | cattrs.errors.BaseValidationError):
+        notes = []
+        for sub in exc.exceptions:
+            where = getattr(sub, "__notes__", None) or []
+            notes.append(f"{_describe(sub)}{' (' + '; '.join(where) + ')' if where else ''}")
+        return "; ".join(notes) or str(exc)
+    return str(exc)
+
+
+# -- loading ----------------------------------------------------------------------------
+
+
+@attrs.frozen(eq=False)
+class Package:
+    """A loaded package: its ``root``, the structured ``X.yaml``, the ``SKILL.md``
+    front-matter, the package digest (§2.2) and each step's resolved context skills."""
+
+    root: Path
+    spec: PackageSpec
+    skill: dict[str, Any]
+    digest: str
+    context: dict[tuple[str, str], tuple[ContextSkill, ...]]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def default_runner(self) -> str:
+        """The runner marked ``default: true`` (or the only runner)."""
+        marked = [n for n, r in self.spec.runners.items() if r.default]
+        if marked:
+            return marked[0]
+        return next(iter(self.spec.runners))
+
+    def runner(self, name: str | None = None) -> Runner:
+        """The runner *name* (the default runner for ``None``).
+
+        Raises:
+            PackageError: no such runner (reason ``unknown_runner``).
+        """
+        key = self.default_runner if name is None else name
+        try:
+            return self.spec.runners[key]
+        except KeyError:
+            raise PackageError(f"package {self.name} has no runner {key!r}",
+                               path=str(self.root), reason="unknown_runner") from None
+
+
+def _check_spec(root: Path, spec: PackageSpec) -> dict[tuple[str, str], tuple[ContextSkill,
+                                                                              ...]]:
+    where = str(root)
+    if not spec.name:
+        raise PackageError("X.yaml: name must be non-empty", path=where)
+    if not spec.runners:
+        raise PackageError("X.yaml: at least one runner is required", path=where)
+    if sum(1 for r in spec.runners.values() if r.default) > 1:
+        raise PackageError("X.yaml: more than one runner is marked default", path=where)
+    context: dict[tuple[str, str], tuple[ContextSkill, ...]] = {}
+    for name, runner in spec.runners.items():
+        for key, item in runner.inputs.items():
+            if item.type not in INPUT_TYPES:
+                raise PackageError(f"runner {name}: input {key} has unknown type {item.type}",
+                                   path=where)
+            if item.has_default:
+                _check_value(key, item, item.default)
+        if runner.timeout_seconds <= 0:
+            raise PackageError(f"runner {name}: timeout_seconds must be positive", path=where)
+        if isinstance(runner, ScriptedRunner):
+            stray = [t for t in runner.approval_required if t not in runner.tools]
+            if stray:
+                raise PackageError(f"runner {name}: approval_required names tools not in "
+                                   f"tools: {stray}", path=where)
+            continue
+        if not runner.steps:
+            raise PackageError(f"runner {name}: a graph needs at least one step", path=where)
+        ids = [s.id for s in runner.steps]
+        if len(set(ids)) != len(ids) or not all(ids):
+            raise PackageError(f"runner {name}: step ids must be unique and non-empty",
+                               path=where)
+        for step in runner.steps:
+            for key, value in step.inputs.items():
+                if value.startswith("$input."):
+                    if value[len("$input."):] not in runner.inputs:
+                        raise PackageError(f"runner {name}: step {step.id} input {key} names "
+                                           f"an undeclared input {value}", path=where)
+                elif value.startswith("$"):
+                    raise PackageError(f"runner {name}: step {step.id} input {key}: "
+                                       f"unsupported reference {value}", path=where)
+            bad = [k for k, t in step.outputs.items() if t not in _OUTPUT_TYPES]
+            if bad or not step.outputs:
+                raise PackageError(f"runner {name}: step {step.id} needs string outputs",
+                                   path=where)
+            context[(name, step.id)] = resolve_refs(root, step.context_skills)
+    return context
+
+
+def load_package(path: str | os.PathLike[str]) -> Package:
+    """Load the package at *path* (a directory, or its ``SKILL.md`` / ``X.yaml``).
+
+    Checks the context refs of every step (§6.1) and computes the package digest.
+
+    Raises:
+        PackageError: unreadable or invalid files, unknown keys, bad values, a symlink
+            inside the package.
+        ContextRefError: a context ref breaks a §6.1 rule.
+    """
+    root = Path(path)
+    if root.is_file():
+        root = root.parent
+    root = root.resolve()
+    xyaml = root / "X.yaml"
+    skill_md = root / "SKILL.md"
+    try:
+        raw = yaml.safe_load(xyaml.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PackageError(f"{xyaml} does not exist", path=str(root),
+                           reason="not_a_package") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise PackageError(f"{xyaml} cannot be read: {exc}", path=str(root)) from None
+    try:
+        spec = converter.structure(raw, PackageSpec)
+    except (cattrs.errors.BaseValidationError, TypeError, ValueError, KeyError) as exc:
+        raise PackageError(f"X.yaml is invalid: {_describe(exc)}", path=str(root)) from None
+    front: dict[str, Any] = {}
+    if skill_md.exists():
+        try:
+            front = read_front_matter(skill_md.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise PackageError(f"SKILL.md is invalid: {exc}", path=str(root)) from None
+    context = _check_spec(root, spec)
+    return Package(root=root, spec=spec, skill=front, digest=package_digest(root),
+                   context=context)
+
+
+def package_digest(root: str | os.PathLike[str]) -> str:
+    """``H({"schema": "runx_actors.package_digest.v1", "files": [{"path", "sha256"}…]})``
+    over every regular file under *root*, sorted by POSIX path; ``.runx/`` and
+    ``__pycache__/`` are excluded (§2.2).
+
+    Raises:
+        PackageError: a symlink inside the package (reason ``symlink``), or an unreadable
+            file.
+    """
+    base = Path(root).resolve()
+    files: list[tuple[str, Path]] = []
+    for current, dirs, names in os.walk(base, followlinks=False):
+        here = Path(current)
+        for d in list(dirs):
+            if (here / d).is_symlink():
+                raise PackageError(f"symlink in package: {here / d}", path=str(base),
+                                   reason="symlink")
+        dirs[:] = sorted(d for d in dirs if d not in _EXCLUDED_DIRS)
+        for name in names:
+            full = here / name
+            if full.is_symlink():
+                raise PackageError(f"symlink in package: {full}", path=str(base),
+                                   reason="symlink")
+            if full.is_file():
+                files.append((PurePosixPath(*full.relative_to(base).parts).as_posix(), full))
+    files.sort(key=lambda item: item[0])
+    entries = []
+    for rel, full in files:
+        try:
+            entries.append({"path": rel, "sha256": digest_bytes(full.read_bytes())})
+        except OSError as exc:
+            raise PackageError(f"{full} cannot be read: {exc}", path=str(base)) from None
+    return digest_json({"schema": "runx_actors.package_digest.v1", "files": entries})
+
+
+# -- the input contract (§3.2) ----------------------------------------------------------
+
+
+def _contract_error(key: str, message: str) -> InputContractError:
+    return InputContractError(f"input_contract_invalid: {message}", field=key)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _check_value(key: str, spec: InputSpec, value: Any) -> Any:
+    if spec.type == "string":
+        if not isinstance(value, str):
+            raise _contract_error(key, f"input {key} must be a string")
+        if key == "requested_tool" and not 0 < len(value) <= _MAX_REQUESTED_TOOL:
+            raise _contract_error(key, f"input {key} must be 1 to {_MAX_REQUESTED_TOOL} "
+                                  "characters")
+        return value
+    if spec.type == "number":
+        if not _is_number(value):
+            raise _contract_error(key, f"input {key} must be a number")
+        if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+            return int(value)
+        return value
+    if not isinstance(value, bool):
+        raise _contract_error(key, f"input {key} must be a boolean")
+    return value
+
+
+def apply_input_contract(runner: Runner, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Check *inputs* against *runner*'s contract and apply its defaults (§3.2).
+
+    Returns the canonical inputs: declared keys only, defaults filled in, integral
+    numbers as ints, keys in declaration order. Pure.
+
+    Raises:
+        InputContractError: (reason ``input_contract_invalid``) an unknown key, a missing
+            required key, a value of the wrong type, or an empty or over-long
+            ``requested_tool``.
+    """
+    if not isinstance(inputs, Mapping):
+        raise _contract_error("", "inputs must be an object")
+    unknown = [k for k in inputs if k not in runner.inputs]
+    if unknown:
+        raise _contract_error(str(unknown[0]), f"unknown input {unknown[0]}")
+    out: dict[str, Any] = {}
+    for key, spec in runner.inputs.items():
+        if key in inputs:
+            out[key] = _check_value(key, spec, inputs[key])
+        elif spec.required:
+            raise _contract_error(key, f"input {key} is required")
+        elif spec.has_default:
+            out[key] = spec.default
+    return out
