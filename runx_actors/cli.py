@@ -1,8 +1,12 @@
 """The ``runx-actors`` command line.
 
-Exit codes (sysexits-style): 0 success; 1 a check found a counterexample; 64 usage error
-(bad option, unknown model or variant, model not importable yet); 70 the model's own code
-raised while being checked.
+``check`` — exit codes (sysexits-style): 0 success; 1 a check found a counterexample; 64
+usage error (bad option, unknown model or variant, model not importable yet); 70 the
+model's own code raised while being checked.
+
+The loop host's commands (``demo``, ``skill``, ``resume``, ``harness``, ``verify``) live in
+``runx_actors.host.cli_commands`` and follow loop-host §9.1: 0 sealed/ok, 1 failure or
+policy block, 2 needs agent/approval/input, 3 verification failed, 64 usage error.
 """
 
 from __future__ import annotations
@@ -44,8 +48,25 @@ EX_SOFTWARE = 70
 _DEFAULTS = CheckConfig()
 
 
+#: The loop host's commands (loop-host §9), imported on first use so that importing this
+#: module (and running ``check``) loads neither trio nor a store.
+_HOST_COMMANDS = ("demo", "harness", "resume", "skill", "verify")
+
+
 class _Main(click.Group):
-    """A group whose usage errors exit 64 (EX_USAGE) instead of click's 2."""
+    """A group whose usage errors exit 64 (EX_USAGE) instead of click's 2, and whose loop
+    host commands are loaded lazily from ``runx_actors.host.cli_commands``."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_HOST_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in _HOST_COMMANDS:
+            from .host import cli_commands
+
+            command: click.Command = getattr(cli_commands, cmd_name)
+            return command
+        return super().get_command(ctx, cmd_name)
 
     def main(
         self,

@@ -1,0 +1,151 @@
+"""Plumbing shared by the host's CLI commands (loop-host §9): where the run store is,
+running trio from a click command, and printing an error with a hint saying what to do.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+import trio
+
+from ..protocol.errors import OwnershipLostError, RunxError
+from .errors import (
+    AnswersError,
+    ApprovalNotAttestedError,
+    ContextSkillChanged,
+    HostError,
+    InputContractError,
+    LoopConfigMismatch,
+    LoopIntegrityError,
+    PackageChangedError,
+    PackageError,
+    UnknownRunError,
+)
+from .receipts import KeyringConfigError, ReceiptIndexStaleError, SigningConfigError
+
+__all__ = [
+    "STORE_ENV",
+    "STORE_FILE",
+    "EXPECTED_ERRORS",
+    "environment",
+    "workspace_dir",
+    "resolve_store",
+    "unwrap",
+    "run_trio",
+    "hint_for",
+    "exit_code_for",
+    "fail",
+]
+
+#: The run-store override **[ours]** (§9.1, §9.4).
+STORE_ENV = "RUNX_ACTORS_STORE"
+#: The SQLite file inside a store directory.
+STORE_FILE = "runs.sqlite3"
+#: Errors a command reports (message, hint, exit code) instead of crashing.
+EXPECTED_ERRORS: tuple[type[Exception], ...] = (RunxError, OSError)
+
+_SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+_SIGNING_HINT = ("set RUNX_RECEIPT_SIGN_KID, RUNX_RECEIPT_SIGN_ED25519_SEED_BASE64 (a "
+                 "base64 32-byte Ed25519 seed) and RUNX_RECEIPT_SIGN_ISSUER_TYPE (hosted or "
+                 "ci); `runx-actors demo loop-orchestration` runs with a demo key instead")
+_HINTS: tuple[tuple[type[BaseException], str], ...] = (
+    (SigningConfigError, _SIGNING_HINT),
+    (InputContractError, "check the inputs against the runner's declared inputs in X.yaml "
+                         "(-i key=value parses the value as JSON when it can)"),
+    (UnknownRunError, "check the run id and the run store (--store, $RUNX_ACTORS_STORE, "
+                      "--scope)"),
+    (ContextSkillChanged, "restore the context skill as it was prepared, or cancel the run"),
+    (PackageChangedError, "restore the package as it was when the run was opened"),
+    (ApprovalNotAttestedError, "approvals belong in the \"approvals\" section, attested by "
+                               "the local operator; agents cannot approve"),
+    (AnswersError, "the answers file is {\"answers\": {<request id>: {<outputs>}}, "
+                   "\"approvals\": {<request id>: true|false}}"),
+    (LoopIntegrityError, "the run store or the receipts changed after recording; nothing "
+                         "was repaired"),
+    (LoopConfigMismatch, "use a new run id (RUNX_RUN_ID) or the original inputs"),
+    (PackageError, "fix the package's X.yaml / SKILL.md"),
+    (KeyringConfigError, "set RUNX_RECEIPT_VERIFY_KID and "
+                         "RUNX_RECEIPT_VERIFY_ED25519_PUBLIC_KEY_BASE64 together"),
+    (OwnershipLostError, "another process took over this run store; run one command at a "
+                         "time per store"),
+)
+
+
+def environment() -> dict[str, str]:
+    """A copy of the process environment."""
+    return dict(os.environ)
+
+
+def workspace_dir(env: Mapping[str, str], cwd: Path) -> Path:
+    """The workspace (§5.1): ``$RUNX_CWD``, else ``$INIT_CWD``, else *cwd*."""
+    chosen = env.get("RUNX_CWD") or env.get("INIT_CWD")
+    return cwd / chosen if chosen else cwd
+
+
+def resolve_store(explicit: str | None, env: Mapping[str, str], cwd: Path) -> Path:
+    """The SQLite file of the run store (§9.1 **[ours]**): ``--store S``, else
+    ``$RUNX_ACTORS_STORE``, else ``<P>/store`` (``P`` = ``$RUNX_PROJECT_DIR`` or
+    ``<workspace>/.runx``). ``S`` is a directory holding :data:`STORE_FILE`, or the SQLite
+    file itself (an existing file, or a name ending ``.db``/``.sqlite``/``.sqlite3``).
+    Creates nothing."""
+    chosen = explicit or env.get(STORE_ENV)
+    if chosen:
+        path = cwd / chosen
+    else:
+        project = env.get("RUNX_PROJECT_DIR")
+        base = cwd / project if project else workspace_dir(env, cwd) / ".runx"
+        path = base / "store"
+    if path.is_file() or path.suffix in _SQLITE_SUFFIXES:
+        return path
+    return path / STORE_FILE
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """*exc* without the exception groups (of one member) nurseries wrapped it in."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def run_trio(fn: Callable[[], Any]) -> Any:
+    """``trio.run(fn)``, re-raising a lone error out of its exception group."""
+    try:
+        return trio.run(fn)
+    except BaseExceptionGroup as group:
+        inner = unwrap(group)
+        if inner is group:
+            raise
+        raise inner from group
+
+
+def hint_for(exc: BaseException) -> str:
+    """A line saying what to do about *exc*, or ``""``."""
+    if isinstance(exc, ReceiptIndexStaleError):
+        return str(getattr(exc, "hint", ""))
+    for kind, hint in _HINTS:
+        if isinstance(exc, kind):
+            return hint
+    return ""
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """§9.1: a host error carries its code (3 for ``LoopIntegrityError``); anything else
+    is 1."""
+    if isinstance(exc, HostError):
+        return int(type(exc).exit_code)
+    return 1
+
+
+def fail(command: str, exc: BaseException) -> int:
+    """Print *exc* as ``runx-actors: <command>: <message>`` plus a ``hint:`` line, and
+    return its exit code."""
+    exc = unwrap(exc)
+    click.echo(f"runx-actors: {command}: {exc}", err=True)
+    hint = hint_for(exc)
+    if hint:
+        click.echo(f"hint: {hint}", err=True)
+    return exit_code_for(exc)
