@@ -168,7 +168,7 @@ class RunActor:
             elif request.kind == "deliver":
                 request.value = await ctx.deliver(request.outcome)
             elif request.kind == "redispatch":
-                request.value = await ctx.redispatch(request.key)
+                await ctx.redispatch(request.key)
             else:  # pragma: no cover - handles build only these kinds
                 raise ValueError(f"unknown request kind {request.kind!r}")
         except trio.Cancelled:

@@ -163,7 +163,7 @@ class LoopContext:
             except _RETRIABLE:
                 return None
         self.emit(EventKind.AGENT_COMMITTED, committed=result.facts, command_id=command_id)
-        return result
+        return result  # type: ignore[no-any-return]
 
     # -- advance (§5.5) ----------------------------------------------------------------
 
@@ -401,6 +401,7 @@ class LoopContext:
                 return (settled.snapshot if settled else result.snapshot), None
             self.emit(EventKind.TOOL_STARTED, step_id=step.id, call_id=call.call_id,
                       effect=eff)
+        assert result is not None  # the shielded block returned early otherwise
         return result.snapshot, assignment.key
 
     # -- deliver (§5.8) ------------------------------------------------------------------
@@ -424,13 +425,13 @@ class LoopContext:
             return dropped
         cur = state.current
         missing_body = False
-        is_tool = False
+        tool_call: ToolCallState | None = None
         if (isinstance(cur, ModelStep) and cur.status is ModelStepStatus.EXECUTING
                 and cur.effect == key.effect):
             command_id, command, missing_body = self._model_command(state, cur, outcome)
         elif isinstance(cur, ToolStep) and (call := _executing_call(cur, key.effect)):
             command_id, command = self._tool_command(cur, call, outcome)
-            is_tool = True
+            tool_call = call
         else:
             return dropped
         shield, limit = self._shield()
@@ -443,9 +444,11 @@ class LoopContext:
                     await self.executor.acknowledge(key)
                 except Exception:  # RUN-EXE-13: acknowledgement never affects settlement
                     pass
-        if is_tool:
-            self.emit(EventKind.TOOL_COMPLETED, step_id=command.step_id,
-                      call_id=command.call_id, effect=key.effect, committed=result.facts)
+        assert result is not None  # the shielded block returned early otherwise
+        if tool_call is not None:
+            assert isinstance(cur, ToolStep)
+            self.emit(EventKind.TOOL_COMPLETED, step_id=cur.id, call_id=tool_call.call_id,
+                      effect=key.effect, committed=result.facts)
         if result.snapshot.state.status is not RunStatus.ACTIVE:
             return self.finished(result.snapshot)
         delivered = LoopResult(disposition=LoopDisposition.DELIVERED)

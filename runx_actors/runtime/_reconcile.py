@@ -126,6 +126,7 @@ class Reconciler:
         return tuple(out)
 
     async def _plan_one(self, assignment: Any, target: RecoveryTarget) -> Decision:
+        assert self.executor is not None  # _check_config: no executor means abandon
         attachment = await self.executor.attach(assignment)
         st = attachment.state
         if st is effect.AttachmentState.MISSING:
@@ -142,6 +143,7 @@ class Reconciler:
         return Decision(target, verdict, st.value)
 
     async def _abort_then_dispose(self, assignment: Any, target: RecoveryTarget) -> Decision:
+        assert self.executor is not None
         attachment = await self.executor.abort(assignment)  # INV-31: abort before dispose
         st = attachment.state
         if st is effect.AttachmentState.ABORTED:
