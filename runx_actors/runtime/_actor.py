@@ -156,6 +156,8 @@ class RunActor:
             store=rt.run_store, executor=rt.executor, run_id=self.run_id,
             settings=request.settings, sink=rt.sink_for(request.sink),
             started_tool_calls=started, cancel_requested=lambda: request.cancelled,
+            progress_sink=rt.progress_sink_for(self.run_id, request.sink),
+            acknowledges=rt.acknowledges,
         )
 
     async def _serve(self, request: Request) -> None:
@@ -199,11 +201,10 @@ class RunActor:
         (§5.9, §5.13), if the executor offers progress. Cancel the scope to stop."""
         executor = self.runtime.executor
         nursery = self.runtime._nursery
-        if ctx.sink is None or nursery is None or not isinstance(executor,
-                                                                 effect.ProgressPort):
+        if ctx.progress_sink is None or nursery is None:
             return None
         scope = trio.CancelScope()
-        nursery.start_soon(_relay, executor, key, ctx.sink, ctx.scope, scope,
+        nursery.start_soon(_relay, executor, key, ctx.progress_sink, ctx.scope, scope,
                            name=f"run-progress:{key.effect}")
         return scope
 

@@ -110,6 +110,10 @@ class EventHub:
             if sub.run_id is None or sub.run_id == event.run_id:
                 sub.push(event)
 
+    def has_subscribers(self, run_id: RunID) -> bool:
+        """True iff someone subscribed to *run_id*'s events (or to every Run's)."""
+        return any(s.run_id is None or s.run_id == run_id for s in self._subs)
+
     def close(self) -> None:
         for sub in self._subs:
             sub.closed = True

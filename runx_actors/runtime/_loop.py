@@ -117,6 +117,8 @@ class LoopContext:
     started_tool_calls: Any = None  # async () -> int, for the tool budget
     cancel_requested: Any = None  # () -> bool
     in_batch: list[Any] = attrs.Factory(list)
+    progress_sink: EventSink | None = None  # provisional events; None: nobody listens
+    acknowledges: bool | None = None  # the executor is an Acknowledger (None: detect)
 
     def take_in_batch(self) -> tuple[Any, ...]:
         """The keys an interrupted batch dispatched (and forget them)."""
@@ -439,7 +441,10 @@ class LoopContext:
             result = await self.commit(snapshot.position, command_id, command)
             if result is None:
                 return dropped  # D-6: the effect is already over; no acknowledgement
-            if isinstance(self.executor, effect.Acknowledger):
+            acknowledges = self.acknowledges
+            if acknowledges is None:
+                acknowledges = isinstance(self.executor, effect.Acknowledger)
+            if acknowledges:
                 try:
                     await self.executor.acknowledge(key)
                 except Exception:  # RUN-EXE-13: acknowledgement never affects settlement

@@ -14,6 +14,7 @@ from typing import Any
 
 import trio
 
+from .. import effect
 from ..protocol.errors import RunAlreadyRunningError, ValidationError
 from ._actor import POKE, ActorStatistics, Request, RunActor
 from ._events import EventHub, EventSink, tee
@@ -46,6 +47,10 @@ class RunRuntime:
         self.writer = writer
         self.run_store = writer.run_store()
         self.executor = executor
+        # optional executor capabilities, detected once (runtime_checkable isinstance
+        # checks are slow on the hot path)
+        self.acknowledges = isinstance(executor, effect.Acknowledger)
+        self.reports_progress = isinstance(executor, effect.ProgressPort)
         self.settings = settings or Settings()
         self.mailbox_size = mailbox_size
         self.hub = EventHub()
@@ -104,6 +109,13 @@ class RunRuntime:
 
     def sink_for(self, sink: EventSink | None) -> EventSink | None:
         return tee(self.hub, self._sink, sink)
+
+    def progress_sink_for(self, run_id: str, sink: EventSink | None) -> EventSink | None:
+        """Where provisional progress goes: None when nobody listens (no relay task)."""
+        if not self.reports_progress:
+            return None
+        hub = self.hub if self.hub.has_subscribers(run_id) else None
+        return tee(hub, self._sink, sink)
 
     def _actor(self, run_id: str) -> RunActor:
         actor = self._actors.get(run_id)
