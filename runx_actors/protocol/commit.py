@@ -159,6 +159,8 @@ def expected_command_ids(
         case C.AcceptInput(inputs=inputs):
             return (derive_input_command_id(run_id, *(i.id for i in inputs)),)
         case C.PrepareModelRequest():
+            if base < 0:  # no position is negative: no id derives from it (step 5)
+                return ()
             return (derive_model_request_command_id(run_id, base),)
         case C.WithdrawPreparedStep(step_id=step_id):
             return (derive_withdraw_command_id(run_id, step_id),)
