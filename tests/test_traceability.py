@@ -148,12 +148,6 @@ def test_no_checked_by_cell_is_empty() -> None:
     assert not bad, f"citations that are neither a test nor check:<id>: {bad}"
 
 
-# Cited scenario tests still being written (run-protocol.md §8 and failure-scenarios.md
-# names). Remove this marker once the test below passes.
-@pytest.mark.xfail(
-    strict=False,
-    reason="some cited §8 / field-scenario tests do not exist yet; the assertion lists them",
-)
 def test_every_cited_test_exists() -> None:
     tests, _, _ = _citations()
     inventory = _test_inventory()
