@@ -195,7 +195,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as workdir:
         for kind in args.stores:
             for runs in (1, args.runs):
-                iterations = args.iterations if runs == 1 else max(1, args.iterations // 10)
+                iterations = args.iterations if runs == 1 else max(1, args.iterations // 20)
                 results["loops"].append(await loop_rate(kind, runs, iterations, workdir))
         results["trio_channel_round_trips_per_s"] = await channel_round_trips(20000)
         results["sqlite_raw_commits_per_s"] = sqlite_commits(
@@ -235,7 +235,7 @@ def _print(results: dict[str, Any]) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=2000)
+    parser.add_argument("--iterations", type=int, default=500)
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--idle", type=int, default=10000)
     parser.add_argument("--stores", nargs="+", default=["memory", "sqlite"])

@@ -235,7 +235,7 @@ async def test_store_creation(store_factory: StoreFactory) -> None:
         with pytest.raises(RunNotFoundError):
             await _commit(w, "nobody", b.cancel(command_id="cancel:nobody"), base=0)
 
-        ended = await _commit(w, "run-1", b.cancel("cancelled", command_id="cancel:run-1"))
+        ended = await _commit(w, "run-1", b.cancel(None, "cancelled", command_id="cancel:run-1"))
         assert ended.status is CommitStatus.ACCEPTED
         assert ended.snapshot.state.status is RunStatus.STOPPED
         loaded, recorded = await _load(w, "run-1"), await _record(store, "run-1")
@@ -427,7 +427,7 @@ async def test_store_group_composition(store_factory: StoreFactory) -> None:
         await _do(w, "run-1", b.start_tool, 0)
         await _do(w, "run-1", b.start_tool, 2)
         position = (await _load(w, "run-1")).position
-        cancel = b.cancel("cancelled", command_id="cancel:run-1")
+        cancel = b.cancel(None, "cancelled", command_id="cancel:run-1")
         ended = await _commit(w, "run-1", cancel)
         assert ended.status is CommitStatus.ACCEPTED
         assert _wire(ended.facts) == ["tool_call_failed"] * 3 + ["run_ended"]
