@@ -1,0 +1,300 @@
+"""The core model's world and its abstraction to the reference's world.
+
+A :class:`CoreWorld` is the reference's ``World`` with the store replaced by a
+:class:`~._core_store.CoreStore` (real facts, real ``MachineState`` snapshots). The
+environment parts — owners, the executor's records, Outcomes in flight, the fault budgets,
+the user's inputs and the ghosts transitions leave behind — are the reference's, with the
+same fields (``Owner`` and ``Rec`` are declared again here so that the core model does not
+break while the reference's internals change; the reference's invariants read them by
+attribute).
+
+:func:`abstract_world` maps a core world onto a reference world fact by fact and state by
+state (a refinement mapping): each real fact becomes the reference's abstract ``Fact``
+(kind, step, call, effect, small tag) and each ``MachineState`` the reference's
+``RunState``. The reference's invariants then run on the image unchanged; in particular
+its INV-40 compares the reference's fold of the abstracted log with the abstracted real
+projection, so any disagreement between the real ``evolve`` and the reference's meaning
+of a fact is a violation.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import attrs
+
+from ...protocol import facts as F
+from ...protocol.commit import fold_run
+from ...protocol.errors import CorruptLogError, ValidationError
+from ...protocol.state import (
+    MachineState,
+    ModelStep,
+    Open,
+    ToolCallState,
+    ToolStep,
+    validate_machine_state,
+)
+from ...protocol.values import (
+    ResponsePolicy,
+    RunFailedEnd,
+    RunStatus,
+    RunStoppedEnd,
+    ToolCallBinding,
+)
+from . import _core_spec as spec
+from ._core_store import CoreStore
+
+__all__ = ["Owner", "Rec", "CoreWorld", "replace", "abstract_fact", "abstract_state",
+           "abstract_store", "abstract_world", "record_report", "state_report", "IMAGE_CACHE"]
+
+
+def replace(obj: Any, **changes: Any) -> Any:
+    """``attrs.evolve`` for the hot path (positional rebuild, no validators here)."""
+    cls = obj.__class__
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(a.name for a in attrs.fields(cls))
+    return cls(*[changes[n] if n in changes else getattr(obj, n) for n in names])
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+@attrs.frozen(cache_hash=True)
+class Owner:
+    """A runtime process and what it holds in memory (the reference's ``Owner``).
+
+    ``phase`` — "down", "reconcile" (opened the scope, recovering before it drives),
+    "drive", or "fenced" (it got OwnershipLostError and stopped for good). ``section`` —
+    the EffectID of the shielded start→dispatch section in progress; ``offers`` — dispatch
+    offers of it refused retryable so far; ``aborting`` — targets its reconciler found
+    ``missing`` and is about to abort; ``views`` — only with ``stale_reads``: per Run, the
+    RunPosition of the snapshot its loop loaded last.
+    """
+
+    epoch: int = 0
+    alive: bool = False
+    phase: str = "down"
+    section: str = ""
+    offers: int = 0
+    aborting: tuple[str, ...] = ()
+    views: tuple[int, ...] = ()
+
+
+@attrs.frozen(cache_hash=True)
+class Rec:
+    """The executor's execution record of one AssignmentKey (the reference's ``Rec``).
+
+    status: "running" | "orphaned" | "settled" | "acked" | "aborted"; ``accepts`` counts
+    executions begun by a dispatch, ``restarts`` those begun by adoption; ``durable``
+    (ghost): the start fact was in the log when the first dispatch was accepted.
+    """
+
+    effect: str
+    status: str
+    accepts: int = 0
+    restarts: int = 0
+    outcome: str = ""
+    durable: bool = True
+
+
+@attrs.frozen(cache_hash=True)
+class CoreWorld:
+    """The reference's ``World`` over a real store (see the module doc)."""
+
+    store: CoreStore
+    owners: tuple[Owner, ...]
+    recs: tuple[Rec, ...]  # sorted by effect
+    inflight: tuple[tuple[str, str], ...]  # duplicated Outcomes on their way (sorted)
+    crashes: int
+    takeovers: int
+    duplicates: int
+    inputs_sent: tuple[int, ...]
+    ghosts: tuple[str, ...] = ()
+
+    def rec(self, effect: str) -> Rec | None:
+        for rec in self.recs:
+            if rec.effect == effect:
+                return rec
+        return None
+
+    def with_rec(self, rec: Rec) -> CoreWorld:
+        recs = tuple(sorted((*(x for x in self.recs if x.effect != rec.effect), rec),
+                            key=lambda x: x.effect))
+        result: CoreWorld = replace(self, recs=recs)
+        return result
+
+    def with_owner(self, o: int, owner: Owner) -> CoreWorld:
+        owners = tuple(owner if i == o else x for i, x in enumerate(self.owners))
+        result: CoreWorld = replace(self, owners=owners)
+        return result
+
+    def with_ghost(self, ghost: str) -> CoreWorld:
+        result: CoreWorld = replace(self, ghosts=(*self.ghosts, ghost))
+        return result
+
+
+# --------------------------------------------------------------------------- abstraction
+
+
+def _policy(policy: ResponsePolicy) -> str:
+    if policy is ResponsePolicy.APPROVAL_REQUIRED:
+        return "approval"
+    if policy is ResponsePolicy.EXTERNAL_RESPONSE:
+        return "external"
+    return "direct"
+
+
+def _opened_call(b: ToolCallBinding) -> Any:
+    waiting = b.policy is not ResponsePolicy.DIRECT_EXECUTION
+    return spec.state.Call(b.call_id, _policy(b.policy),
+                           spec.state.WAITING if waiting else spec.state.PENDING,
+                           response=b.response.id if b.response is not None else "")
+
+
+def _end_of(result: Any) -> tuple[Any, ...]:
+    if result.status is RunStatus.COMPLETED:
+        return ("completed",)
+    if result.status is RunStatus.FAILED:
+        return ("failed", result.reason.value)
+    return ("stopped", result.reason.value, tuple(result.uncertain_calls), result.uncertain_model)
+
+
+def _end_fact(fact: F.RunEnded) -> tuple[Any, ...]:
+    end = fact.end
+    if isinstance(end, RunFailedEnd):
+        return ("failed", end.reason.value)
+    if isinstance(end, RunStoppedEnd):
+        return ("stopped", end.reason.value, tuple(end.uncertain_calls), end.uncertain_model)
+    return ("completed",)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def abstract_fact(fact: F.Fact) -> Any:
+    """The reference's abstract ``Fact`` for a real fact."""
+    Fact = spec.state.Fact
+    kind = type(fact).__name__
+    match fact:
+        case F.RunCreated(run_id=rid):
+            return Fact(kind, arg=rid)
+        case F.InputAccepted(input=i):
+            return Fact(kind, arg=i.id)
+        case F.ModelStepPrepared():
+            return Fact(kind, fact.step_id, arg=tuple(fact.input_ids))
+        case F.ModelStepWithdrawn(step_id=s):
+            return Fact(kind, s)
+        case F.ModelStepFailed():
+            return Fact(kind, fact.step_id, "", fact.effect, fact.failure.class_)
+        case (F.ModelStepStarted() | F.ModelStepRecovered() | F.ModelStepRejected()
+              | F.ModelStepCompleted()):
+            return Fact(kind, fact.step_id, "", fact.effect)
+        case F.ToolStepOpened():
+            return Fact(kind, fact.step_id,
+                        arg=(fact.source, tuple(_opened_call(b) for b in fact.calls)))
+        case F.ToolCallStarted() | F.ToolCallCompleted():
+            return Fact(kind, fact.step_id, fact.call_id, fact.effect)
+        case F.ToolCallApproved() | F.ToolCallAnswered():
+            return Fact(kind, fact.step_id, fact.call_id)
+        case F.ToolCallFailed():
+            return Fact(kind, fact.step_id, fact.call_id, fact.effect,
+                        (fact.outcome.value, fact.failure.class_))
+        case F.RunEnded():
+            return Fact(kind, arg=_end_fact(fact))
+    raise TypeError(f"not a fact: {fact!r}")
+
+
+def _call(c: ToolCallState) -> Any:
+    failure = c.failure
+    return spec.state.Call(
+        c.call_id, _policy(c.policy), c.status.value, c.effect,
+        failure.outcome.value if failure is not None else "",
+        failure.failure.class_ if failure is not None else "",
+        c.waiting.id if c.waiting is not None else "")
+
+
+def _tool_step(step: ToolStep) -> Any:
+    return spec.state.ToolStep(step.id, step.source, tuple(_call(c) for c in step.calls))
+
+
+def _current(cur: Any) -> Any:
+    if cur is None:
+        return None
+    if isinstance(cur, Open):
+        return spec.state.OPEN
+    if isinstance(cur, ModelStep):
+        return spec.state.ModelStep(cur.id, cur.status.value, cur.effect, cur.rejects)
+    assert isinstance(cur, ToolStep)
+    return _tool_step(cur)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def abstract_state(state: MachineState) -> Any:
+    """The reference's ``RunState`` for a real ``MachineState``."""
+    return spec.state.RunState(
+        state.run_id, state.status.value, _current(state.current),
+        tuple(i.id for i in state.pending_inputs), state.model_steps,
+        _tool_step(state.last_tool_step) if state.last_tool_step is not None else None,
+        _end_of(state.result) if state.result is not None else ())
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def abstract_store(store: CoreStore) -> Any:
+    """The reference's ``Store`` for a core store (log, streams, projection, index)."""
+    Commit = spec.state.Commit
+    log = tuple(Commit(c.cid, c.run, tuple(abstract_fact(f) for f in c.facts), c.epoch,
+                       c.store_epoch, c.origin, c.base) for c in store.log)
+    streams = tuple(tuple(abstract_fact(f) for f in s) for s in store.streams)
+    runs = tuple(abstract_state(snap.state) for snap in store.proj)
+    return spec.state.Store(store.epoch, log, streams, runs, store.cids)
+
+
+#: (world, image) of the last call: the checker asks every invariant of a state in a row
+IMAGE_CACHE: list[Any] = [None, None]
+
+
+def abstract_world(w: CoreWorld) -> Any:
+    """The reference's ``World`` for a core world (same environment, abstracted store).
+
+    The last image is remembered by identity: the checker evaluates all invariants of one
+    state in a row."""
+    if IMAGE_CACHE[0] is w:
+        return IMAGE_CACHE[1]
+    image = spec.state.World(store=abstract_store(w.store), owners=w.owners, recs=w.recs,
+                             inflight=w.inflight, crashes=w.crashes, takeovers=w.takeovers,
+                             duplicates=w.duplicates, inputs_sent=w.inputs_sent,
+                             ghosts=w.ghosts)
+    IMAGE_CACHE[0], IMAGE_CACHE[1] = w, image
+    return image
+
+
+# --------------------------------------------------------------------------- real checks
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def record_report(store: CoreStore) -> str | None:
+    """INV-40 on the real core: ``fold_run`` of each stream (the authoritative ``record``)
+    equals the projection's snapshot, state and position."""
+    for r, stream in enumerate(store.streams):
+        try:
+            state = fold_run(stream, run_id=f"run-{r}")
+        except CorruptLogError as exc:
+            return f"run-{r}: record fails: fact {exc.attrs.get('index')} " \
+                   f"({exc.attrs.get('wire_name')}) does not fold: {exc.message}"
+        snap = store.proj[r]
+        if snap.position != len(stream) - 1:
+            return f"run-{r}: projection at position {snap.position}, log at {len(stream) - 1}"
+        if state != snap.state:
+            return f"run-{r}: record differs from the projection"
+    return None
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def state_report(store: CoreStore) -> str | None:
+    """INV-3 and the call table of §2.5 on every projected ``MachineState``."""
+    for r, snap in enumerate(store.proj):
+        try:
+            validate_machine_state(snap.state)
+        except ValidationError as exc:
+            return f"run-{r}: {exc.message}"
+    return None

@@ -1,0 +1,223 @@
+"""The ``core`` model: the real ``runx_actors.protocol`` driven through the reference's
+environment, so the shipped code itself is model-checked (architecture §7).
+
+What is shared with the reference (``spec/runx_spec``): the environment — two owner
+processes, an executor with execution records, a user, crashes, worker crashes,
+takeovers, lost / duplicated / late Outcomes, dispatch accepted / retryable / unknown —
+its values (``Owner``, ``Rec``), its readable names, and its invariant table, which runs
+on the image of each core state under :func:`~._core_world.abstract_world`.
+
+What is real: every command (``_core_commands``: real ids and digests), its evaluation
+(``evaluate_commit``, hence ``decide`` and ``evolve``) on an immutable ``ScopeLog``
+(``_core_store``), the facts and the ``MachineState`` snapshots, the loop's planning
+(``plan_next``) and takeover's dispositions (``recovery_targets``, ``recovery_command``).
+Four checks are the core's own: ``IDS`` (every id the core derives equals the reference's
+derivation), ``INV-40.record`` (``fold_run`` of the log equals the projection),
+``INV-3.state`` (``validate_machine_state`` on every projected state) and ``CORE-EVOLVE``
+(a decided fact always folds).
+
+``build_model(config, variant)``; ``VARIANTS`` are deliberately broken versions of the core
+(``_core_impl``), ``EXPECTED`` the invariant that catches each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from ...protocol import facts as F
+from ...protocol.state import ModelStep, Open, ToolStep
+from .._model import Invariant, ModelBase
+from . import _core_spec as spec
+from ._core_impl import EXPECTED, VARIANTS, impl_for
+from ._core_moves import OWNERS, CoreCtx, initial_world, moves
+from ._core_world import IMAGE_CACHE as _world_cache
+from ._core_world import CoreWorld, Owner, abstract_world, record_report, state_report
+
+__all__ = ["CoreConfig", "CoreModel", "VARIANTS", "EXPECTED", "CORE_INVARIANTS",
+           "build_model", "describe"]
+
+name = spec.name
+
+
+@attrs.frozen(kw_only=True)
+class CoreConfig:
+    """Bounds of the core model: the first five are ``CheckConfig``'s, the others the
+    reference's extra knobs. A knob the given config does not have takes the reference's
+    default (``runx_spec.reference.ReferenceConfig``), so by default both models explore
+    the same environment; the values below are used only if the reference lacks a knob."""
+
+    runs: int = 1
+    calls: int = 2
+    crashes: int = 1
+    takeovers: int = 1
+    duplicates: int = 1
+    inputs: int = 0
+    max_prepares: int = 1
+    approvals: bool = False
+    malformed: bool = False
+    failures: bool = False
+    cancel: bool = False
+    stale_reads: bool = False
+
+
+def _ghost(prefix: str) -> Callable[[Any], str | None]:
+    def check(w: CoreWorld) -> str | None:
+        return next((g for g in w.ghosts if g.startswith(prefix)), None)
+    return check
+
+
+def _on_image(check: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    """A reference invariant evaluated on the image of a core state."""
+    last = _world_cache
+
+    def on_image(w: CoreWorld) -> str | None:
+        return check(last[1] if last[0] is w else abstract_world(w))
+    return on_image
+
+
+#: The core's own checks, after the reference's.
+CORE_INVARIANTS: tuple[Invariant, ...] = (
+    Invariant("IDS", "Every id the core derives (commands, steps, calls, responses, "
+                     "effects) equals the reference's derivation.", _ghost("IDS")),
+    Invariant("INV-40.record", "fold_run of each Run's stream (record) equals the "
+                               "projection's snapshot, state and position.",
+              lambda w: record_report(w.store)),
+    Invariant("INV-3.state", "Every projected MachineState passes validate_machine_state "
+                             "(INV-3 and the call table of §2.5).",
+              lambda w: state_report(w.store)),
+    Invariant("CORE-EVOLVE", "evaluate_commit never raises EvolveError: every decided fact "
+                             "folds (§4.3 step 10).", _ghost("CORE-EVOLVE")),
+)
+
+
+class CoreModel(ModelBase):
+    """The real core as a ``runx_actors.check`` Model."""
+
+    def __init__(self, config: Any = None, variant: str | None = None) -> None:
+        own = CoreConfig()
+        shared = spec.reference.ReferenceConfig()
+        config = config if config is not None else shared
+
+        def get(field: str) -> Any:
+            return getattr(config, field, getattr(shared, field, getattr(own, field)))
+
+        self.config = config
+        self.variant = variant
+        self.impl = impl_for(variant)
+        self.ctx = CoreCtx(runs=get("runs"), calls=get("calls"), inputs=get("inputs"),
+                           max_prepares=get("max_prepares"), approvals=bool(get("approvals")),
+                           malformed=bool(get("malformed")), failures=bool(get("failures")),
+                           cancel=bool(get("cancel")), stale_reads=bool(get("stale_reads")),
+                           impl=self.impl)
+        self._budgets = (get("crashes"), get("takeovers"), get("duplicates"))
+        self.name = "core" + (f"[{variant}]" if variant else "")
+        self._invariants = (
+            *(Invariant(inv.name, inv.description, _on_image(inv.check))
+              for inv in spec.invariants.INVARIANTS),
+            *CORE_INVARIANTS,
+        )
+
+    def initial_states(self) -> Iterable[Hashable]:
+        return [initial_world(self.ctx, *self._budgets)]
+
+    def actions(self, state: Hashable) -> Iterable[tuple[str, Hashable]]:
+        assert isinstance(state, CoreWorld)
+        return list(moves(self.ctx, state))
+
+    def invariants(self) -> Sequence[Invariant]:
+        return self._invariants
+
+    def canonical(self, state: Hashable) -> Hashable:
+        """The reference's one exact reduction: a fenced writer still in ``drive`` with no
+        start→dispatch section behaves as one that already got OwnershipLostError (every
+        command it can try is refused before anything else, the store checking the epoch
+        first) — unless the implementation does not fence."""
+        assert isinstance(state, CoreWorld)
+        if not self.impl.check_epoch:
+            return state
+        for o, owner in enumerate(state.owners):
+            if (owner.alive and owner.epoch < state.store.epoch and owner.phase == "drive"
+                    and not owner.section):
+                state = state.with_owner(o, Owner(epoch=owner.epoch, alive=True,
+                                                  phase="fenced"))
+        return state
+
+    def describe(self, state: Any) -> dict[str, Any]:
+        assert isinstance(state, CoreWorld)
+        return describe(state)
+
+
+def _step(cur: Any) -> Any:
+    if cur is None:
+        return None
+    if isinstance(cur, Open):
+        return "open"
+    if isinstance(cur, ModelStep):
+        return {"model_step": name(cur.id), "status": cur.status.value,
+                "effect": name(cur.effect) if cur.effect else "", "rejects": cur.rejects}
+    assert isinstance(cur, ToolStep)
+    return {"tool_step": name(cur.id), "calls": {
+        name(c.call_id): c.status.value + (f"/{c.failure.outcome.value}" if c.failure else "")
+        for c in cur.calls}}
+
+
+def _fact(f: Any) -> str:
+    args = [name(x) for x in (getattr(f, "step_id", ""), getattr(f, "call_id", ""),
+                              getattr(f, "effect", "")) if x]
+    if isinstance(f, F.RunCreated):
+        args.append(f.run_id)
+    elif isinstance(f, F.InputAccepted):
+        args.append(f.input.id)
+    elif isinstance(f, F.ToolCallFailed):
+        args.append(f"{f.outcome.value}/{f.failure.class_}")
+    elif isinstance(f, F.RunEnded):
+        args.append(type(f.end).__name__)
+    return f"{type(f).__name__}({', '.join(args)})"
+
+
+def _origin(origin: str) -> str:
+    if origin.startswith("deliver:"):
+        return "deliver:" + name(origin[len("deliver:"):])
+    return origin
+
+
+def describe(w: CoreWorld) -> dict[str, Any]:
+    """A JSON-able summary of a core world: the reference's fields with real values, plus
+    ``last_commit`` (the newest group, so a text trace shows what each step appended)."""
+    store = w.store
+    log = [f"{c.cid[:8]}@e{c.epoch} {_origin(c.origin)}: " + "; ".join(_fact(f) for f in c.facts)
+           for c in store.log]
+    return {
+        "epoch": store.epoch,
+        "runs": [{"status": snap.state.status.value, "current": _step(snap.state.current),
+                  "pending": [i.id for i in snap.state.pending_inputs],
+                  "model_steps": snap.state.model_steps, "position": snap.position}
+                 for snap in store.proj],
+        "last_commit": log[-1],
+        "owners": {OWNERS[o]: {"epoch": x.epoch, "alive": x.alive, "phase": x.phase,
+                               "views": list(x.views),
+                               "section": name(x.section) if x.section else ""}
+                   for o, x in enumerate(w.owners)},
+        "executor": {name(r.effect): {"status": r.status, "accepts": r.accepts,
+                                      "restarts": r.restarts, "outcome": r.outcome}
+                     for r in w.recs},
+        "inflight": [f"{name(e)}:{out}" for e, out in w.inflight],
+        "budget": {"crashes": w.crashes, "takeovers": w.takeovers,
+                   "duplicates": w.duplicates},
+        "ghosts": list(w.ghosts),
+        "log": log,
+    }
+
+
+def build_model(config: Any = None, variant: str | None = None) -> CoreModel:
+    """The core model for *config* (a ``CheckConfig`` or any object with some of
+    :class:`CoreConfig`'s attributes; missing ones take the reference's defaults),
+    optionally with one broken *variant* from :data:`VARIANTS`.
+
+    Raises:
+        ValueError: an unknown variant.
+    """
+    return CoreModel(config, variant)

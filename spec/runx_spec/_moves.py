@@ -1,0 +1,482 @@
+"""The moves of the reference machine: owners (loop and takeover), executor, env and user.
+
+Each generator yields ``(label, next_world)``; a label reads ``"actor: Action(args) -> result"``.
+Owners plan from their snapshot (:func:`view`) and the store decides. What an owner holds
+in memory (its start→dispatch section, the keys it is aborting) is lost when it crashes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import attrs
+
+from runx_actors.protocol import ids
+
+from ._state import (
+    ACTIVE,
+    EFFECTS,
+    EXECUTING,
+    OPEN,
+    PENDING,
+    PREPARED,
+    WAITING,
+    Cmd,
+    ModelStep,
+    Owner,
+    Rec,
+    RunState,
+    ToolStep,
+    World,
+    executing_targets,
+    fold,
+    model_effect,
+    name,
+    prepare_ids,
+    replace,
+    tool_effect,
+)
+from ._store import CANCEL_PREFIX, commit
+
+__all__ = ["Ctx", "OWNERS", "moves", "view"]
+
+Move = tuple[str, World]
+OWNERS = ("owner1", "owner2")
+OK = ("accepted", "already_applied")
+MALFORMED_RETRIES = 1  # Settings.malformed_retries of the modelled preset
+
+
+@attrs.frozen
+class Ctx:
+    runs: int
+    calls: int
+    inputs: int
+    max_prepares: int
+    approvals: bool
+    malformed: bool
+    failures: bool
+    cancel: bool
+    stale_reads: bool  # the current owner may commit from a snapshot older than the store
+    bugs: frozenset[str]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _commit(ctx: Ctx, w: World, r: int, cid: str, cmd: Cmd, epoch: int, origin: str,
+            base: int = -1) -> tuple[World, str]:
+    return commit(w, r, cid, cmd, epoch=epoch, origin=origin, base=base, calls=ctx.calls,
+                  approvals=ctx.approvals, bugs=ctx.bugs)
+
+
+def view_position(w: World, o: int, r: int) -> int:
+    """RunPosition of Run ``r`` in owner ``o``'s snapshot.
+
+    A fenced writer's projection holds exactly the commits appended while the scope was at
+    its epoch or lower, and never moves again. The current writer's loop sees the
+    projection, or (``stale_reads``) the snapshot it loaded last (``Owner.views``).
+    """
+    owner = w.owners[o]
+    if owner.epoch < w.store.epoch:
+        return sum(len(c.facts) for c in w.store.log
+                   if c.run == r and c.store_epoch <= owner.epoch) - 1
+    return owner.views[r] if owner.views else w.store.position(r)
+
+
+def view(w: World, o: int, r: int) -> RunState | None:
+    """The state of Run ``r`` in owner ``o``'s snapshot."""
+    pos = view_position(w, o, r)
+    if pos == w.store.position(r):
+        return w.store.runs[r]
+    return fold(w.store.streams[r][: pos + 1])
+
+
+def _seen(ctx: Ctx, w: World, o: int, r: int, status: str) -> World:
+    """After a commit: OwnershipLostError stops the runtime for good (§4.4) — it keeps only
+    an unfinished section; otherwise the loop holds the returned snapshot or reloads."""
+    owner = w.owners[o]
+    if status == "fenced":
+        return w.with_owner(o, Owner(epoch=owner.epoch, alive=True, phase="fenced",
+                                     section=owner.section, offers=owner.offers))
+    if ctx.stale_reads and owner.views and owner.epoch == w.store.epoch:
+        views = tuple(w.store.position(i) if i == r else v for i, v in enumerate(owner.views))
+        return w.with_owner(o, replace(owner, views=views))
+    return w
+
+
+def _set(w: World, o: int, **changes: object) -> World:
+    return w.with_owner(o, replace(w.owners[o], **changes))
+
+
+def _ghost(w: World, note: str) -> World:
+    return replace(w, ghosts=(*w.ghosts, note))
+
+
+def _started_in_log(w: World, effect: str) -> bool:
+    return any(f.effect == effect and f.kind in ("ModelStepStarted", "ToolCallStarted")
+               for f in w.store.streams[EFFECTS[effect].run])
+
+
+# --------------------------------------------------------------------------- takeover
+
+
+def _open(ctx: Ctx, w: World, o: int, what: str) -> Move:
+    """SessionStore.open: the persisted epoch + 1; the projection is rebuilt from the log;
+    the new owner must reconcile before it drives (§4.6)."""
+    epoch = w.store.epoch if "shared_epoch" in ctx.bugs else w.store.epoch + 1
+    w = replace(w, store=replace(w.store, epoch=epoch))
+    views = tuple(w.store.position(r) for r in range(ctx.runs)) if ctx.stale_reads else ()
+    w = w.with_owner(o, Owner(epoch=epoch, alive=True, phase="reconcile", views=views))
+    return f"{OWNERS[o]}: {what}(epoch={epoch})", w
+
+
+def _dispose(ctx: Ctx, w: World, o: int, effect: str) -> tuple[World, str]:
+    """Commit recovery_command(target) (§2.10) under the effect's recovery id."""
+    info = EFFECTS[effect]
+    if info.kind == "model":
+        cmd = Cmd("RecoverModel", info.step, "", effect)
+    else:
+        cmd = Cmd("SubmitToolFailure", info.step, info.call, effect, "unknown")
+    cid = ids.derive_recovery_command_id(effect)
+    w, status = _commit(ctx, w, info.run, cid, cmd, w.owners[o].epoch, "reconcile")
+    return _seen(ctx, w, o, info.run, status), status
+
+
+def _reconcile_moves(ctx: Ctx, w: World, o: int) -> Iterator[Move]:
+    """recover_interrupted with DISPOSE_MISSING (§4.6, §6.10), one target at a time.
+
+    ``attach`` of a live record (running → active, settled/acked → terminal: KEEP;
+    orphaned: DEFER) leaves everything as it is, so only the other verdicts are moves.
+    """
+    owner, me = w.owners[o], OWNERS[o]
+    waiting = False
+    for state in w.store.runs:
+        for e in executing_targets(state):
+            rec = w.rec(e)
+            if e in owner.aborting:
+                waiting = True
+            elif rec is None:
+                waiting = True
+                if "dispose_without_abort" in ctx.bugs:
+                    w2, status = _dispose(ctx, w, o, e)
+                    yield f"{me}: Attach({name(e)}) -> missing: dispose -> {status}", w2
+                else:
+                    yield (f"{me}: Attach({name(e)}) -> missing",
+                           _set(w, o, aborting=(*owner.aborting, e)))
+            elif rec.status == "aborted" or (rec.status == "orphaned"
+                                             and "dispose_orphaned" in ctx.bugs):
+                waiting = True
+                w2, status = _dispose(ctx, w, o, e)
+                yield f"{me}: Attach({name(e)}) -> {rec.status}: dispose -> {status}", w2
+    for e in owner.aborting:
+        rest = tuple(x for x in owner.aborting if x != e)
+        rec = w.rec(e)
+        if rec is None or rec.status == "aborted" or "abort_overrides_accept" in ctx.bugs:
+            tomb = Rec(e, "aborted") if rec is None else replace(rec, status="aborted")
+            w2, status = _dispose(ctx, _set(w.with_rec(tomb), o, aborting=rest), o, e)
+            yield f"{me}: Abort({name(e)}) -> aborted: dispose -> {status}", w2
+        else:  # an acceptance won the race for the key's first slot (INV-31): KEEP
+            yield f"{me}: Abort({name(e)}) -> {rec.status}: keep", _set(w, o, aborting=rest)
+    if not waiting and not owner.aborting:
+        yield f"{me}: ReconcileDone", _set(w, o, phase="drive")
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def _start(ctx: Ctx, w: World, o: int, r: int, cmd: Cmd, label: str) -> Move:
+    """The start barrier (§5.6 step 3, §5.7): commit the start, then dispatch only if the
+    returned snapshot shows the target EXECUTING under this effect (INV-25)."""
+    cid = ids.derive_start_command_id(cmd.effect)
+    w, status = _commit(ctx, w, r, cid, cmd, w.owners[o].epoch, "loop", view_position(w, o, r))
+    granted = status in OK and cmd.effect in executing_targets(w.store.runs[r])
+    w = _seen(ctx, w, o, r, status)
+    if granted or "dispatch_before_start" in ctx.bugs:
+        w = _set(w, o, section=cmd.effect, offers=0)
+    return f"{label} -> {status}", w
+
+
+def _plan_moves(ctx: Ctx, w: World, o: int, r: int) -> Iterator[Move]:
+    """plan_next on the owner's snapshot (§2.9) and the commit it leads to."""
+    me = OWNERS[o]
+    state, base = view(w, o, r), view_position(w, o, r)
+    if state is None or state.status != ACTIVE:
+        return
+    cur = state.current
+    if cur == OPEN:
+        prepared = sum(f.kind == "ModelStepPrepared" for f in w.store.streams[r])
+        if prepared < ctx.max_prepares:
+            cid, step = prepare_ids(r, base)
+            cmd = Cmd("Prepare", step, arg=(base, state.pending))
+            w2, status = _commit(ctx, w, r, cid, cmd, w.owners[o].epoch, "loop", base)
+            yield (f"{me}: Prepare({name(step)}, inputs={list(state.pending)}) -> {status}",
+                   _seen(ctx, w2, o, r, status))
+    elif isinstance(cur, ModelStep) and cur.status == PREPARED:
+        if state.pending:  # INV-14: withdraw, never start, while inputs are pending
+            cid = ids.derive_withdraw_command_id(f"run-{r}", cur.id)
+            w2, status = _commit(ctx, w, r, cid, Cmd("Withdraw", cur.id), w.owners[o].epoch,
+                                 "loop", base)
+            yield f"{me}: Withdraw({name(cur.id)}) -> {status}", _seen(ctx, w2, o, r, status)
+        else:
+            effect = model_effect(r, cur.id, cur.rejects)
+            cmd = Cmd("StartModel", cur.id, "", effect)
+            yield _start(ctx, w, o, r, cmd, f"{me}: StartModel({name(effect)})")
+    elif isinstance(cur, ToolStep):
+        call = next((c for c in cur.calls if c.status == PENDING), None)  # in call order
+        if call is not None:
+            effect = tool_effect(r, cur.id, call.id)
+            cmd = Cmd("StartToolCall", cur.id, call.id, effect)
+            yield _start(ctx, w, o, r, cmd, f"{me}: StartToolCall({name(effect)})")
+
+
+def _accept(ctx: Ctx, w: World, effect: str) -> tuple[World, bool]:
+    """The executor's side of dispatch: one record per key; a tombstone refuses the key."""
+    rec = w.rec(effect)
+    if rec is None:
+        return w.with_rec(Rec(effect, "running", accepts=1,
+                              durable=_started_in_log(w, effect))), True
+    if rec.status == "aborted":
+        return w, False
+    if "double_tool_start" in ctx.bugs and EFFECTS[effect].kind == "tool":  # no dedup by key
+        return w.with_rec(replace(rec, accepts=rec.accepts + 1)), True
+    return w, True  # the same Assignment again: idempotent (INV-36)
+
+
+def _compensate(ctx: Ctx, w: World, o: int, effect: str) -> tuple[World, str]:
+    """Nothing began: recover the model step, or fail the call KNOWN (§6.3)."""
+    info = EFFECTS[effect]
+    if info.kind == "model":
+        cmd = Cmd("RecoverModel", info.step, "", effect)
+        cid = ids.derive_recovery_command_id(effect)
+    else:
+        cmd = Cmd("SubmitToolFailure", info.step, info.call, effect, "known")
+        cid = ids.derive_settlement_command_id(effect)
+    w, status = _commit(ctx, w, info.run, cid, cmd, w.owners[o].epoch, "loop")
+    return _seen(ctx, w, o, info.run, status), status
+
+
+def _dispatch_moves(ctx: Ctx, w: World, o: int) -> Iterator[Move]:
+    """The end of the section: dispatch with DispatchPolicy(2 offers) (§5.6, §5.7, §6.3)."""
+    owner = w.owners[o]
+    effect = owner.section
+    label = f"{OWNERS[o]}: Dispatch({name(effect)})"
+    done = _set(w, o, section="", offers=0)
+    w2, ok = _accept(ctx, done, effect)
+    if ok:
+        yield f"{label} -> accepted", w2
+        # the transport delivers the same dispatch twice: the executor deduplicates by key
+        yield f"{label} -> accepted, delivered twice", _accept(ctx, w2, effect)[0]
+    else:
+        w3, status = _compensate(ctx, done, o, effect)
+        yield f"{label} -> rejected (tombstoned key): compensate -> {status}", w3
+    if owner.offers == 0:
+        yield f"{label} -> retryable", _set(w, o, offers=1)
+    else:
+        w3, status = _compensate(ctx, done, o, effect)
+        yield f"{label} -> retryable, no offers left: compensate -> {status}", w3
+    # DispatchUnknownError: the target stays EXECUTING and is never re-dispatched.
+    yield f"{label} -> unknown (the executor got it)", w2
+    yield f"{label} -> unknown (lost)", done
+
+
+def _deliver_command(state: RunState | None, effect: str, outcome: str) -> Cmd:
+    """Map an Outcome to its settlement command (§5.8 tables)."""
+    info = EFFECTS[effect]
+    if info.kind == "model":
+        if outcome in ("tools", "text"):
+            return Cmd("SubmitModelResult", info.step, "", effect, outcome)
+        if outcome == "failed":
+            return Cmd("SubmitModelFailure", info.step, "", effect)
+        cur = state.current if state is not None else None
+        rejects = cur.rejects if isinstance(cur, ModelStep) and cur.id == info.step else 0
+        disposition = "retry" if rejects < MALFORMED_RETRIES else "fail_run"
+        return Cmd("RejectModelResult", info.step, "", effect, disposition)
+    if outcome == "ok":
+        return Cmd("SubmitToolResult", info.step, info.call, effect)
+    return Cmd("SubmitToolFailure", info.step, info.call, effect, outcome)
+
+
+def _deliver(ctx: Ctx, w: World, o: int, effect: str, outcome: str) -> tuple[World, str]:
+    """deliver (§5.8): load, map the Outcome, commit under the settlement id, acknowledge."""
+    info = EFFECTS[effect]
+    owner = w.owners[o]
+    if owner.views and owner.epoch == w.store.epoch:  # deliver starts with a load (§5.8)
+        w = _set(w, o, views=tuple(w.store.position(r) for r in range(ctx.runs)))
+    state = view(w, o, info.run)
+    target = effect
+    if "settle_foreign_effect" in ctx.bugs and state is not None:
+        # deliver settles whatever its target is running now, not the Outcome's key
+        cur = state.current
+        if isinstance(cur, ModelStep) and cur.id == info.step and cur.status == EXECUTING:
+            target = cur.effect
+    cmd = _deliver_command(state, target, outcome)
+    cid = ids.derive_settlement_command_id(target)
+    live = effect in executing_targets(w.store.runs[info.run])
+    w2, status = _commit(ctx, w, info.run, cid, cmd, w.owners[o].epoch, f"deliver:{effect}")
+    if status in OK:  # acknowledge (§6.9): the record is kept, its Outcome no longer readable
+        rec = w2.rec(effect)
+        if rec is not None and rec.status == "settled":
+            w2 = w2.with_rec(replace(rec, status="acked"))
+    if status == "accepted" and not live:
+        w2 = _ghost(w2, f"INV-26: late Outcome of {name(effect)} ({outcome}) appended facts")
+    return _seen(ctx, w2, o, info.run, status), status
+
+
+def _deliver_moves(ctx: Ctx, w: World, o: int) -> Iterator[Move]:
+    """Any live owner reads any settled, unacknowledged record (the Watcher polls, so a lost
+    notification only delays the read) or receives a duplicated Outcome still in flight."""
+    me = OWNERS[o]
+    for rec in w.recs:
+        if rec.status == "settled":
+            w2, status = _deliver(ctx, w, o, rec.effect, rec.outcome)
+            yield f"{me}: Deliver({name(rec.effect)}, {rec.outcome}) -> {status}", w2
+    for item in sorted(set(w.inflight)):
+        rest = list(w.inflight)
+        rest.remove(item)
+        w2, status = _deliver(ctx, replace(w, inflight=tuple(rest)), o, *item)
+        yield f"{me}: Deliver({name(item[0])}, {item[1]}) [duplicate] -> {status}", w2
+
+
+def _owner_moves(ctx: Ctx, w: World, o: int) -> Iterator[Move]:
+    owner, me = w.owners[o], OWNERS[o]
+    if not owner.alive:
+        if w.takeovers > 0:  # a second process opens the scope: the first one is fenced
+            yield _open(ctx, replace(w, takeovers=w.takeovers - 1), o, "TakeOver")
+        return
+    if owner.section:  # inside the shielded start→dispatch section
+        yield from _dispatch_moves(ctx, w, o)
+        return
+    if owner.phase == "fenced":
+        return
+    yield from _deliver_moves(ctx, w, o)
+    if owner.phase == "reconcile":
+        yield from _reconcile_moves(ctx, w, o)
+        return
+    for r in range(ctx.runs):
+        if owner.views and owner.epoch == w.store.epoch and (
+                owner.views[r] != w.store.position(r)):
+            views = tuple(w.store.position(i) if i == r else v
+                          for i, v in enumerate(owner.views))
+            yield f"{me}: Load(run-{r})", _set(w, o, views=views)
+        yield from _plan_moves(ctx, w, o, r)
+
+
+# --------------------------------------------------------------------------- executor, env
+
+
+def _model_outcomes(ctx: Ctx, w: World, effect: str) -> list[str]:
+    """A model attempt answers with tool calls (one ToolStep per Run at most) or text; the
+    first attempt of a step may be malformed; with ``failures`` it may fail the Run."""
+    info = EFFECTS[effect]
+    opened = any(f.kind == "ToolStepOpened" for f in w.store.streams[info.run])
+    outs = ["tools", "text"] if ctx.calls > 0 and not opened else ["text"]
+    if ctx.malformed and info.seq == 0:
+        outs.append("malformed")
+    if ctx.failures:
+        outs.append("failed")
+    return outs
+
+
+def _executor_moves(ctx: Ctx, w: World) -> Iterator[Move]:
+    for rec in w.recs:
+        e = rec.effect
+        if rec.status == "running":
+            if EFFECTS[e].kind == "model":
+                outs = _model_outcomes(ctx, w, e)
+            else:
+                outs = ["ok", "unknown", "failed"] if ctx.failures else ["ok"]
+            for out in outs:
+                settled = replace(rec, status="settled", outcome=out)
+                yield f"executor: Finish({name(e)}, {out})", w.with_rec(settled)
+        elif rec.status == "orphaned":  # adoption of a record whose worker is gone
+            if EFFECTS[e].kind == "model" or "restart_replay_never" in ctx.bugs:
+                restarted = replace(rec, status="running", restarts=rec.restarts + 1)
+                yield f"executor: Adopt({name(e)}) -> restarted", w.with_rec(restarted)
+            else:  # a replay-never tool is settled Unknown, never run again (RUN-EXE-9)
+                settled = replace(rec, status="settled", outcome="unknown")
+                yield f"executor: Adopt({name(e)}) -> unknown", w.with_rec(settled)
+
+
+def _env_moves(ctx: Ctx, w: World) -> Iterator[Move]:
+    for o, owner in enumerate(w.owners):
+        if owner.alive and w.crashes > 0:
+            # The process dies with all it held in memory; its supervisor restarts it at once
+            # and the new incarnation opens the scope (the dead interval commutes with every
+            # other move, and staying dead is a special case of being fenced and idle).
+            _, w2 = _open(ctx, replace(w, crashes=w.crashes - 1), o, "Restart")
+            yield f"env: CrashRestart({OWNERS[o]}, epoch={w2.owners[o].epoch})", w2
+    for rec in w.recs:
+        e = rec.effect
+        if rec.status == "running" and w.crashes > 0:
+            yield (f"env: WorkerCrash({name(e)})",
+                   replace(w.with_rec(replace(rec, status="orphaned")), crashes=w.crashes - 1))
+        if rec.status == "settled" and w.duplicates > 0:
+            # the Outcome is read twice (Watcher and reconciler): one copy arrives later
+            copy = (e, rec.outcome)
+            yield (f"env: Duplicate({name(e)}, {rec.outcome})",
+                   replace(w, inflight=tuple(sorted((*w.inflight, copy))),
+                           duplicates=w.duplicates - 1))
+    for item in sorted(set(w.inflight)):
+        rest = list(w.inflight)
+        rest.remove(item)
+        yield f"env: Lose({name(item[0])}, {item[1]})", replace(w, inflight=tuple(rest))
+
+
+# --------------------------------------------------------------------------- user
+
+
+def _user_commit(ctx: Ctx, w: World, r: int, cid: str, cmd: Cmd, label: str) -> Move:
+    w2, status = _commit(ctx, w, r, cid, cmd, w.store.epoch, "user")
+    fresh = cmd.kind == "AcceptInput" and not label.endswith("[retry]")
+    if fresh and status not in OK and w.store.runs[r].status == ACTIVE:
+        w2 = _ghost(w2, f"INV-13: {label} refused ({status})")
+    return f"user: {label} -> {status}", w2
+
+
+def _user_moves(ctx: Ctx, w: World) -> Iterator[Move]:
+    """Application commands go through the current writer (§5.12), not through an actor.
+    A ``[retry]`` resubmits a command the user already sent (an ambiguous commit)."""
+    if not any(x.alive and x.epoch == w.store.epoch and x.phase != "fenced" for x in w.owners):
+        return
+    again = replace(w, duplicates=w.duplicates - 1) if w.duplicates > 0 else None
+    for r in range(ctx.runs):
+        state, run = w.store.runs[r], f"run-{r}"
+        for n in range(1, w.inputs_sent[r] + 2):
+            cid = ids.derive_input_command_id(run, f"in-{n}")
+            cmd = Cmd("AcceptInput", arg=f"in-{n}")
+            if n > w.inputs_sent[r] and n <= ctx.inputs and state.status == ACTIVE:
+                sent = tuple(n if i == r else x for i, x in enumerate(w.inputs_sent))
+                yield _user_commit(ctx, replace(w, inputs_sent=sent), r, cid, cmd,
+                                   f"AcceptInput({run}, in-{n})")
+            elif n <= w.inputs_sent[r] and again is not None:
+                yield _user_commit(ctx, again, r, cid, cmd, f"AcceptInput({run}, in-{n}) [retry]")
+        cur = state.current
+        for call in cur.calls if isinstance(cur, ToolStep) else ():
+            if call.status == WAITING:
+                cid = ids.derive_response_command_id(run, cur.id, call.id, call.response)
+                for kind in ("ApproveToolCall", "RejectToolCall"):
+                    cmd = Cmd(kind, cur.id, call.id, "", call.response)
+                    yield _user_commit(ctx, w, r, cid, cmd, f"{kind}({name(call.id)})")
+        cancel = CANCEL_PREFIX + run
+        if ctx.cancel and state.status == ACTIVE:
+            yield _user_commit(ctx, w, r, cancel, Cmd("CancelRun"), f"CancelRun({run})")
+        elif again is not None and cancel in w.store.cids:
+            yield _user_commit(ctx, again, r, cancel, Cmd("CancelRun"),
+                               f"CancelRun({run}) [retry]")
+        for f in w.store.streams[r] if again is not None else ():
+            for call in f.arg[1] if f.kind == "ToolStepOpened" else ():
+                if call.response:
+                    cid = ids.derive_response_command_id(run, f.step, call.id, call.response)
+                    if cid in w.store.cids:
+                        cmd = Cmd("ApproveToolCall", f.step, call.id, "", call.response)
+                        yield _user_commit(ctx, again, r, cid, cmd,
+                                           f"ApproveToolCall({name(call.id)}) [retry]")
+
+
+def moves(ctx: Ctx, w: World) -> Iterator[Move]:
+    """Every enabled move of every actor, as ``(label, next_world)``."""
+    for o in range(len(w.owners)):
+        yield from _owner_moves(ctx, w, o)
+    yield from _executor_moves(ctx, w)
+    yield from _env_moves(ctx, w)
+    yield from _user_moves(ctx, w)
