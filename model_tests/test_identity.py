@@ -104,7 +104,7 @@ class IdentityMachine(RuleBasedStateMachine):
 
 
 IdentityMachine.TestCase.settings = settings(
-    max_examples=max(20, settings.default.max_examples), stateful_step_count=30,
+    max_examples=max(20, settings.default.max_examples * 2), stateful_step_count=50,
     deadline=None)
 test_identity = IdentityMachine.TestCase
 

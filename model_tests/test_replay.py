@@ -272,7 +272,7 @@ class ReplayMachine(RuleBasedStateMachine):
 
 
 ReplayMachine.TestCase.settings = settings(
-    max_examples=max(10, settings.default.max_examples // 3), stateful_step_count=25,
+    max_examples=max(10, settings.default.max_examples // 2), stateful_step_count=30,
     deadline=None)
 test_replay = ReplayMachine.TestCase
 

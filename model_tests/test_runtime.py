@@ -428,11 +428,11 @@ class SqliteRuntimeMachine(RuntimeMachine):
 
 
 RuntimeMachine.TestCase.settings = settings(
-    max_examples=max(10, settings.default.max_examples // 2), stateful_step_count=25,
+    max_examples=max(10, settings.default.max_examples), stateful_step_count=25,
     deadline=None, suppress_health_check=[HealthCheck.too_slow])
 test_runtime = RuntimeMachine.TestCase
 SqliteRuntimeMachine.TestCase.settings = settings(
-    max_examples=max(5, settings.default.max_examples // 4), stateful_step_count=20,
+    max_examples=max(5, settings.default.max_examples // 2), stateful_step_count=20,
     deadline=None, suppress_health_check=[HealthCheck.too_slow])
 test_runtime_sqlite = SqliteRuntimeMachine.TestCase
 

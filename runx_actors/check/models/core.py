@@ -1,13 +1,17 @@
 """The ``core`` model: the real ``runx_actors.protocol`` driven through the reference's
 environment, so the shipped code itself is model-checked (architecture §7).
 
-What is shared with the reference (``spec/runx_spec``): the environment — two owner
-processes, an executor with execution records, a user, crashes, worker crashes,
-takeovers, lost / duplicated / late Outcomes, dispatch accepted / retryable / unknown —
-its values (``Owner``, ``Rec``), its readable names, and its invariant table, which runs
-on the image of each core state under :func:`~._core_world.abstract_world`.
+Shared with the reference (``spec/runx_spec``): the environment — two owner processes, an
+executor with execution records, a user, crash-and-restart, worker crashes, takeovers,
+lost / duplicated / late Outcomes, dispatch accepted / retryable / unknown — with the
+same labels, the same default bounds (``ReferenceConfig``) and the same exact reduction
+(``canonical``); the readable names and EffectID registry; and the invariant table, which
+runs on the image of each core state under :func:`~._core_world.abstract_world`. The
+reference's move functions call its own ``commit`` directly, so the environment code is
+mirrored in ``_core_moves`` rather than imported; tests compare both models' state graphs
+and labels so that a drift fails.
 
-What is real: every command (``_core_commands``: real ids and digests), its evaluation
+Real: every command (``_core_commands``: real ids and digests), its evaluation
 (``evaluate_commit``, hence ``decide`` and ``evolve``) on an immutable ``ScopeLog``
 (``_core_store``), the facts and the ``MachineState`` snapshots, the loop's planning
 (``plan_next``) and takeover's dispositions (``recovery_targets``, ``recovery_command``).
@@ -188,8 +192,8 @@ def describe(w: CoreWorld) -> dict[str, Any]:
     """A JSON-able summary of a core world: the reference's fields with real values, plus
     ``last_commit`` (the newest group, so a text trace shows what each step appended)."""
     store = w.store
-    log = [f"{c.cid[:8]}@e{c.epoch} {_origin(c.origin)}: " + "; ".join(_fact(f) for f in c.facts)
-           for c in store.log]
+    log = [f"{c.cid if ':' in c.cid else c.cid[:8]}@e{c.epoch} {_origin(c.origin)}: "
+           + "; ".join(_fact(f) for f in c.facts) for c in store.log]
     return {
         "epoch": store.epoch,
         "runs": [{"status": snap.state.status.value, "current": _step(snap.state.current),
