@@ -10,7 +10,6 @@ finish inside shielded, time-limited scopes.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
@@ -61,9 +60,11 @@ AGENT_INPUT = "agent_input"
 
 
 def input_body(text: str) -> tuple[AgentInput, bytes]:
-    """An input id-less body: returns ``(AgentInput(id="", digest), envelope bytes)``."""
-    data = typed_envelope(AGENT_INPUT, {"text": text})
-    return AgentInput("", "sha256:" + hashlib.sha256(data).hexdigest()), data
+    """An input's frozen body: ``(AgentInput(id="", digest), envelope bytes)``.
+
+    The digest is the one ``AgentInput.text`` derives (type ``agent_input``).
+    """
+    return AgentInput.text("", text), typed_envelope(AGENT_INPUT, {"text": text})
 
 
 async def _commit(store: Any, run_id: RunID, command_id: str, command: C.Command) -> CommitResult:
