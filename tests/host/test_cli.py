@@ -443,6 +443,8 @@ def test_verify_command_modes(tmp_path: Path, workspace: Path) -> None:
     assert invoke(["verify", "--receipt", "-", "-R", "D"], tmp_path).exit_code == 64
     no_key = invoke(["verify", "-R", "D"], tmp_path, signing=False)
     assert no_key.exit_code == 3 and "KeyUnknown" in no_key.stdout
+    assert "hint: the keyring is read from RUNX_RECEIPT_VERIFY_KID" in no_key.stderr
+    assert "hint:" not in invoke(["verify", "-R", "D"], tmp_path).stderr
 
 
 def test_commands_registered_lazily() -> None:

@@ -13,7 +13,7 @@ The CLI only wires arguments to :func:`verify_command` and prints its result::
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import BinaryIO
 
 import attrs
@@ -26,6 +26,7 @@ from ._errors import (
     SigningConfigError,
 )
 from ._files import resolve_receipt_dir
+from ._findings import Finding, FindingCode
 from ._format import format_report, format_verdict
 from ._signing import keyring_from_env
 from ._single import read_receipt_input, verify_receipt_bytes
@@ -35,6 +36,19 @@ from ._verify import SignatureMode
 __all__ = ["CommandResult", "verify_command"]
 
 _PREFIX = "runx-actors: verify: "
+
+#: Printed on stderr when a signature's key id is not in the keyring (§4.6, §9.4).
+KEY_UNKNOWN_HINT = (
+    "hint: the keyring is read from RUNX_RECEIPT_VERIFY_KID + "
+    "RUNX_RECEIPT_VERIFY_ED25519_PUBLIC_KEY_BASE64 and from a fully set RUNX_RECEIPT_SIGN_* "
+    "identity; export the identity that signed these receipts (for the demo's receipts, "
+    "the demo identity shown in the README) and run verify again\n"
+)
+
+
+def _hint(findings: Sequence[Finding]) -> str:
+    return KEY_UNKNOWN_HINT if any(
+        f.code is FindingCode.KEY_UNKNOWN for f in findings) else ""
 
 
 @attrs.frozen
@@ -73,8 +87,9 @@ def verify_command(
     identity). Exit codes: 0 valid; 3 verification found something invalid; 1 an I/O,
     parse or configuration error (missing directory, unknown receipt id, unreadable,
     non-JSON or oversized single input); 64 a usage error (``--receipt`` combined with a
-    receipt id or ``-R``). Errors go to stderr prefixed ``runx-actors: verify:``.
-    Raises nothing.
+    receipt id or ``-R``). Errors go to stderr prefixed ``runx-actors: verify:``; a
+    ``KeyUnknown`` finding adds :data:`KEY_UNKNOWN_HINT` on stderr (the verdict and exit
+    code are unchanged). Raises nothing.
     """
     if receipt is not None and (receipt_id is not None or receipt_dir is not None):
         return _error("--receipt cannot be combined with a receipt-id or -R/--receipt-dir",
@@ -87,12 +102,14 @@ def verify_command(
             data = read_receipt_input(receipt, stdin=stdin, cwd=cwd)
             verdict = verify_receipt_bytes(data, keyring=keyring, mode=mode, source=receipt)
             return CommandResult(exit_code=verdict.exit_code,
-                                 stdout=format_verdict(verdict, as_json=as_json))
+                                 stdout=format_verdict(verdict, as_json=as_json),
+                                 stderr=_hint(verdict.findings))
         directory = resolve_receipt_dir(receipt_dir, env, cwd)
         report = verify_directory(directory, keyring=keyring, mode=mode,
                                   receipt_id=receipt_id)
         return CommandResult(exit_code=report.exit_code,
-                             stdout=format_report(report, as_json=as_json))
+                             stdout=format_report(report, as_json=as_json),
+                             stderr=_hint([f for t in report.trees for f in t.findings]))
     except (KeyringConfigError, SigningConfigError, ReceiptDirectoryNotFoundError,
             ReceiptNotFoundError, ReceiptInputError) as exc:
         return _error(str(exc))
