@@ -55,4 +55,5 @@ async def main() -> None:
             print(" ", fact.WIRE_NAME)
 
 
-trio.run(main)
+if __name__ == "__main__":
+    trio.run(main)

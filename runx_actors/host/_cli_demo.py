@@ -12,7 +12,9 @@ prints ``demo failed: <demonstration>: <why>`` on stderr and the command exits 1
 
 from __future__ import annotations
 
+import importlib.resources
 import json
+import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -52,9 +54,44 @@ DEMO_SCOPE = "demo"
 NOTES_TEXT = "# Loop notes\n\nTurns may read this file. It grants no authority.\n"
 
 
+#: The package that is the repository's ``examples/`` directory (``pyproject.toml`` maps
+#: it there and ships ``loop-orchestration/`` in it as package data).
+_EXAMPLES_PACKAGE = "runx_actors._examples"
+_EXAMPLE = "loop-orchestration"
+
+
 def example_package_path() -> Path:
-    """``examples/loop-orchestration`` of the source checkout this package runs from."""
-    return Path(__file__).resolve().parents[2] / "examples" / "loop-orchestration"
+    """The directory of the loop-orchestration example package (§9.3).
+
+    Looked up with :func:`importlib.resources.files` in ``runx_actors._examples``: a wheel
+    (``pip install .``) carries the example as package data, an editable install resolves
+    the package to the checkout's ``examples/``. Else ``examples/loop-orchestration`` of
+    the source tree this module runs from (an uninstalled checkout on ``sys.path``, or an
+    editable install made before that mapping existed). Only a real directory counts:
+    running from a zip import is not supported.
+
+    Raises:
+        FileNotFoundError: neither place holds the example (the message names both).
+    """
+    tried: list[str] = []
+    try:
+        resource = importlib.resources.files(_EXAMPLES_PACKAGE) / _EXAMPLE
+    except ImportError:
+        tried.append(f"the package {_EXAMPLES_PACKAGE} (not installed)")
+    else:
+        if not isinstance(resource, os.PathLike):
+            tried.append(f"{resource} (not on the file system: zip imports are not supported)")
+        elif Path(resource).is_dir():
+            return Path(resource).resolve()
+        else:
+            tried.append(str(resource))
+    checkout = Path(__file__).resolve().parents[2] / "examples" / _EXAMPLE
+    if checkout.is_dir():
+        return checkout
+    tried.append(str(checkout))
+    raise FileNotFoundError(f"the {_EXAMPLE} example is missing (looked in "
+                            f"{' and in '.join(tried)}); reinstall runx-actors: its wheel "
+                            "ships the example")
 
 
 @attrs.frozen
@@ -169,11 +206,7 @@ class _DemoSetup:
 def _demo_setup(env: Mapping[str, str]) -> _DemoSetup:
     signer: Signer = demo_signer_from_env(env)
     keyring = keyring_from_env(env).merged(signer.keyring().entries)
-    path = example_package_path()
-    if not path.is_dir():
-        raise _DemoFailed(f"the loop-orchestration example is missing at {path} (the demo "
-                          "runs from a source checkout)")
-    package = load_package(path)
+    package = load_package(example_package_path())
     root = Path(tempfile.mkdtemp(prefix="runx-loop-"))
     (root / "store").mkdir()
     workspace = root / "workspace"
