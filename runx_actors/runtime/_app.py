@@ -10,7 +10,7 @@ finish inside shielded, time-limited scopes.
 from __future__ import annotations
 
 import contextlib
-import logging
+import functools
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
@@ -22,13 +22,7 @@ from ..protocol import facts as F
 from ..protocol.canonical import canonical_json_text, decode_frozen, typed_envelope
 from ..protocol.commit import CommitRequest, CommitResult, Snapshot, envelope
 from ..protocol.digests import decision_digest, digest_tool_response_payload
-from ..protocol.errors import (
-    ExecutionNotFoundError,
-    FrozenValueMissingError,
-    OutcomeUnavailableError,
-    OwnershipLostError,
-    ValidationError,
-)
+from ..protocol.errors import FrozenValueMissingError, ValidationError
 from ..protocol.ids import derive_input_command_id, derive_response_command_id
 from ..protocol.plan import Prompt, PromptInput, waiting_calls
 from ..protocol.values import (
@@ -53,7 +47,6 @@ __all__ = [
     "ToolOffer", "Runtime", "open_runtime", "input_body", "AGENT_INPUT",
 ]
 
-_log = logging.getLogger("runx_actors.runtime.app")
 
 #: Frozen body type of an input's text: ``{"text": str}``.
 AGENT_INPUT = "agent_input"
@@ -280,8 +273,13 @@ async def open_runtime(store: Any, executor: Any, *, scope: str = "default",
     """Open *scope* on *store* as its single writer and run its Runs as actors.
 
     Opens the writer (epoch + 1), runs ``recover_interrupted`` once with *reconciler*
-    (default: ``Reconciler(executor)``), then yields a :class:`Runtime`. The default
-    builder is a :class:`TranscriptBuilder` for *model* and *tools*.
+    (default: ``Reconciler(executor)``; its ``epoch`` is set to the writer's), then
+    starts :meth:`Reconciler.watch` in the runtime's nursery — it settles the effects
+    takeover kept EXECUTING through the runtime's Watcher and ``RunRuntime.deliver``
+    (unless the reconciler has its own ``watcher``/``on_outcome``) and retries owed
+    redispatches every ``requeue_after`` seconds (RUN-CMT-7, RUN-EXE-15) — and yields a
+    :class:`Runtime`. The default builder is a :class:`TranscriptBuilder` for *model*
+    and *tools*.
 
     Raises: the reconciler's configuration errors; OwnershipLostError if another writer
     opens the scope meanwhile.
@@ -295,36 +293,12 @@ async def open_runtime(store: Any, executor: Any, *, scope: str = "default",
             builder = TranscriptBuilder(writer, store.frozen, model, tools, system=system)
         async with RunRuntime(writer, executor, settings, mailbox_size=mailbox_size,
                               sink=sink) as rt:
-            if rec.kept:
-                rt._nursery.start_soon(_watch_kept, rt, tuple(rec.kept))  # type: ignore[union-attr]
+            nursery = rt._nursery
+            assert nursery is not None  # open inside the async with
+            nursery.start_soon(functools.partial(
+                rec.watch, rt.run_store, watcher=rt.watcher, on_outcome=rt.deliver),
+                name="runx-reconcile-watch")
             yield Runtime(store, writer, rt, builder, recovered)
     finally:
         with trio.CancelScope(shield=True):
             await writer.aclose()
-
-
-async def _watch_kept(rt: RunRuntime, keys: tuple[Any, ...]) -> None:
-    """Settle Outcomes of effects takeover kept EXECUTING (§6.10, Generation A)."""
-    async with trio.open_nursery() as nursery:
-        for key in keys:
-            nursery.start_soon(_settle_kept, rt, key)
-
-
-async def _settle_kept(rt: RunRuntime, key: Any) -> None:
-    """Wait for one kept key and settle it. A definitive read error leaves the target
-    EXECUTING (§6.10: reported, not fatal); a settlement error other than ownership loss
-    is logged: neither may take the whole runtime down."""
-    try:
-        outcome = await rt.watcher.await_outcome(key)
-    except (ExecutionNotFoundError, OutcomeUnavailableError, trio.ClosedResourceError) as exc:
-        _log.warning("kept effect %r has no readable outcome: %r", key, exc)
-        return
-    try:
-        await rt.deliver(outcome)
-    except OwnershipLostError:
-        raise  # terminal for this runtime (§4.4)
-    except trio.ClosedResourceError:
-        return  # the runtime is closing
-    except Exception:
-        _log.exception("settling the kept effect %r failed", key)
-

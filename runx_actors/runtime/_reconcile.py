@@ -1,16 +1,24 @@
-"""Takeover: the Reconciler and ``recover_interrupted`` (spec §4.6, §6.10; RUN-CMT-7).
+"""Takeover: the Reconciler and ``recover_interrupted`` (spec §4.6, §6.10; RUN-CMT-7,
+RUN-EXE-15, RUN-EXE-16).
 
 After opening a writer (epoch + 1) and before any Run is driven, a new owner decides per
 EXECUTING target of the previous owner: KEEP (the executor still runs or has settled it),
 DEFER (orphaned: stay EXECUTING), REDISPATCH (missing, offered again under the ledger's
 budget) or DISPOSE (commit the recovery command). An effect is closed only on evidence —
 ``missing`` followed by a won ``abort`` — or on explicit ``abandon`` (INV-30, INV-31).
+
+After ``apply``, :meth:`Reconciler.watch` keeps waiting, inside a nursery the caller owns,
+for every key left EXECUTING, and tries owed redispatches again every ``requeue_after``
+seconds of trio time until they are dispatched or the budget is spent.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
+import math
 from collections.abc import Awaitable, Callable
+from numbers import Real
 from typing import Any
 
 import attrs
@@ -23,8 +31,11 @@ from ..protocol.errors import (
     CommandConflictError,
     DispatchRetryableError,
     DispatchUnknownError,
+    ExecutionNotFoundError,
     MissingPolicyPortsError,
     NoExecutionPortError,
+    OutcomeUnavailableError,
+    OwnershipLostError,
     RunTerminalError,
     StaleRuntimeError,
     TargetWithoutEffectError,
@@ -39,6 +50,12 @@ __all__ = [
     "assignment_from_target",
 ]
 
+_log = logging.getLogger("runx_actors.runtime.reconcile")
+
+#: ``on_outcome(outcome)``: settle an Outcome (default: ``RunRuntime.deliver``).
+OutcomeCallback = Callable[[Any], Awaitable[object]]
+#: ``on_fail(key, error)``: the key is no longer watched; its target stays EXECUTING.
+FailCallback = Callable[[Any, Exception], Awaitable[object]]
 
 #: The takeover verdicts are the effect vocabulary's (spec §6.4, §6.10).
 Verdict = effect.Verdict
@@ -82,24 +99,90 @@ def assignment_from_target(scope: str, state: MachineState, target: RecoveryTarg
                              body=body)
 
 
+def _check_requeue_after(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ValidationError("requeue_after must be a number of seconds",
+                              requeue_after=value)
+    seconds = float(value)
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValidationError("requeue_after must be a finite number of seconds > 0",
+                              requeue_after=value)
+    return seconds
+
+
+async def _log_failure(key: Any, error: Exception) -> None:
+    """The default ``on_fail``: log; the target stays EXECUTING."""
+    await trio.lowlevel.checkpoint()
+    _log.warning("kept effect %r is no longer watched, its target stays EXECUTING: %r",
+                 key, error)
+
+
+@attrs.frozen
+class _Ports:
+    """What :meth:`Reconciler.watch` resolved: where to wait and whom to tell."""
+
+    watcher: effect.Watcher
+    on_outcome: OutcomeCallback
+    on_fail: FailCallback
+
+
 class Reconciler:
-    """Decides and applies takeover verdicts (§6.10). Configuration errors are raised by
-    :meth:`plan`: MissingPolicyPortsError, AbandonWithExecutorError, NoExecutionPortError."""
+    """Decides and applies takeover verdicts, then keeps waiting for what it kept (§6.10;
+    RUN-CMT-7, RUN-EXE-15, RUN-EXE-16).
+
+    Arguments:
+        executor: the ExecutionPort asked ``attach``/``abort`` (None only with *abandon*).
+        abandon: every target is DISPOSE, with no attach and no abort.
+        missing: what a ``missing`` key gets: DISPOSE_MISSING (abort, then dispose) or
+            REDISPATCH_MISSING (offer it again through *redispatch* under *ledger*).
+        ledger, redispatch: the DispatchLedger and the route ``redispatch(key)`` (normally
+            ``RunRuntime.run(key.run_id).redispatch``) that REDISPATCH_MISSING needs.
+        budget: attempts per key the ledger may plan (``dispatch_planned(n)``, n ≤
+            budget), and redispatch calls this reconciler makes for one owed attempt.
+        watcher: the Watcher :meth:`watch` registers kept keys with (default: the one
+            given to :meth:`watch`, normally the runtime's).
+        on_outcome: ``await on_outcome(outcome)`` settles a kept key's Outcome (default:
+            the one given to :meth:`watch`, normally ``RunRuntime.deliver``).
+        on_fail: ``await on_fail(key, error)`` when a kept key stops being watched
+            without an Outcome — a definitive read error (``ExecutionNotFoundError``,
+            ``OutcomeUnavailableError``) or an error of a re-plan; the target stays
+            EXECUTING (default: log a warning).
+        requeue_after: seconds of trio time between tries of an owed redispatch
+            (default 5.0, D-15).
+        epoch: the writer's epoch, carried by ledger appends (INV-32).
+
+    Raises:
+        ValidationError: *requeue_after* is not a finite number > 0, or *budget* is not
+            an int >= 0 (at construction).
+        MissingPolicyPortsError, AbandonWithExecutorError, NoExecutionPortError: the
+            configuration checks, raised by :meth:`plan`.
+    """
 
     def __init__(self, executor: Any | None, *, abandon: bool = False,
                  missing: MissingPolicy = MissingPolicy.DISPOSE_MISSING,
                  ledger: DispatchLedger | None = None,
                  redispatch: Callable[[Any], Awaitable[None]] | None = None,
-                 budget: int = 3, epoch: int = 0) -> None:
+                 budget: int = 3, watcher: effect.Watcher | None = None,
+                 on_outcome: OutcomeCallback | None = None,
+                 on_fail: FailCallback | None = None,
+                 requeue_after: float = 5.0, epoch: int = 0) -> None:
         self.executor = executor
         self.abandon = abandon
         self.missing = missing
         self.ledger = ledger
         self.redispatch = redispatch
         self.budget = budget
+        self.watcher = watcher
+        self.on_outcome = on_outcome
+        self.on_fail = on_fail
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+            raise ValidationError("budget must be an int >= 0", budget=budget)
+        self.requeue_after = _check_requeue_after(requeue_after)
         self.epoch = epoch
-        #: Keys left EXECUTING by the last apply (KEEP / DEFER / REDISPATCH): watch them.
+        #: Keys left EXECUTING by apply (KEEP / DEFER / REDISPATCH), in order: watch them.
         self.kept: list[Any] = []
+        #: The decisions behind ``kept`` that :meth:`watch` has not taken yet, by key.
+        self._unwatched: dict[Any, Decision] = {}
 
     def _check_config(self) -> None:
         if self.missing is MissingPolicy.REDISPATCH_MISSING and (
@@ -111,7 +194,16 @@ class Reconciler:
             raise NoExecutionPortError("no executor: say abandon=True explicitly")
 
     async def plan(self, scope: str, state: MachineState) -> tuple[Decision, ...]:
-        """One Decision per EXECUTING target of *state*. Checkpoint."""
+        """One Decision per EXECUTING target of *state*. Checkpoint.
+
+        A redispatch that raised DispatchRetryableError or DispatchUnknownError gives
+        ``Decision(DEFER, retry=True)``: the attempt stays owed; :meth:`watch` tries it
+        again after ``requeue_after`` seconds.
+
+        Raises: the configuration errors (see the class), TargetWithoutEffectError,
+        ValidationError (an attach/abort answer outside the vocabulary), and errors of
+        the executor and the ledger.
+        """
         await trio.lowlevel.checkpoint()
         self._check_config()
         out = []
@@ -125,13 +217,14 @@ class Reconciler:
             out.append(await self._plan_one(assignment, target))
         return tuple(out)
 
-    async def _plan_one(self, assignment: Any, target: RecoveryTarget) -> Decision:
+    async def _plan_one(self, assignment: Any, target: RecoveryTarget, *,
+                        exhausted: bool = False) -> Decision:
         assert self.executor is not None  # _check_config: no executor means abandon
         attachment = await self.executor.attach(assignment)
         st = attachment.state
         if st is effect.AttachmentState.MISSING:
             if self.missing is MissingPolicy.REDISPATCH_MISSING:
-                decision = await self._redispatch(assignment, target)
+                decision = await self._redispatch(assignment, target, exhausted=exhausted)
                 if decision is not None:
                     return decision
             return await self._abort_then_dispose(assignment, target)
@@ -154,17 +247,23 @@ class Reconciler:
             return Decision(target, Verdict.KEEP, "acceptance won the abort race")
         raise ValidationError(f"abort answered {st!r}", state=st)
 
-    async def _redispatch(self, assignment: Any, target: RecoveryTarget) -> Decision | None:
+    async def _redispatch(self, assignment: Any, target: RecoveryTarget, *,
+                          exhausted: bool = False) -> Decision | None:
+        """Step 4 of §6.10 for a missing key; None means "go to the abort step".
+
+        *exhausted*: this reconciler already made ``budget`` calls for the owed attempt,
+        so it gives up (``given_up("budget")``) instead of calling again.
+        """
         assert self.ledger is not None and self.redispatch is not None
         key = assignment.key
         state = await self.ledger.load(key)
         if state.given_up:
             return None
+        if exhausted or (not state.owed and state.planned >= self.budget):
+            await self.ledger.append(key, GivenUp("budget"), seq=state.head,
+                                     epoch=self.epoch)
+            return None
         if not state.owed:
-            if state.planned >= self.budget:
-                await self.ledger.append(key, GivenUp("budget"), seq=state.head,
-                                         epoch=self.epoch)
-                return None
             await self.ledger.append(key, DispatchPlanned(state.planned + 1), seq=state.head,
                                      epoch=self.epoch)
             state = await self.ledger.load(key)
@@ -183,30 +282,155 @@ class Reconciler:
     async def apply(self, store: Any, decisions: tuple[Decision, ...]) -> int:
         """Commit the recovery command of each DISPOSE; return ACCEPTED commits.
 
+        Every other decision's key is added to :attr:`kept` and left for :meth:`watch`.
         Stale, terminal and conflict refusals are skipped (INV-29); OwnershipLostError is
         raised.
         """
         accepted = 0
         for d in decisions:
             if d.verdict is not Verdict.DISPOSE:
-                self.kept.append(d.key(store.scope))
+                key = d.key(store.scope)
+                self.kept.append(key)
+                self._unwatched.pop(key, None)  # a later pass's decision replaces it
+                self._unwatched[key] = d
                 continue
-            command_id, command = recovery_command(d.target)
-            request = CommitRequest(0, envelope(d.target.run_id, command_id, command))
-            try:
-                result = await store.commit(request)
-            except (StaleRuntimeError, RunTerminalError, CommandConflictError):
-                continue
-            if result.status.value == "accepted":
+            if await self._dispose(store, d):
                 accepted += 1
         return accepted
+
+    async def _dispose(self, store: Any, decision: Decision) -> bool:
+        """Commit *decision*'s recovery command; True when ACCEPTED."""
+        command_id, command = recovery_command(decision.target)
+        request = CommitRequest(0, envelope(decision.target.run_id, command_id, command))
+        try:
+            result = await store.commit(request)
+        except (StaleRuntimeError, RunTerminalError, CommandConflictError):
+            return False
+        return bool(result.status.value == "accepted")
+
+    async def watch(self, store: Any, *, watcher: effect.Watcher | None = None,
+                    on_outcome: OutcomeCallback | None = None,
+                    on_fail: FailCallback | None = None,
+                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep waiting for every key :meth:`apply` left EXECUTING (§6.10, Generation A).
+
+        Start it in a nursery you own, after :func:`recover_interrupted`:
+        ``nursery.start_soon(rec.watch, run_store, ...)`` or ``await
+        nursery.start(rec.watch, ...)`` (started once every key has its task). It takes
+        the kept decisions (a second call watches only keys kept since) and returns when
+        each of them is finished:
+
+        * KEEP / DEFER / REDISPATCH: wait for the key through the Watcher (whose orphan
+          probe asks a Recoverer to adopt an orphaned key) and ``await on_outcome(outcome)``.
+        * DEFER with ``retry`` (an owed redispatch): after ``requeue_after`` seconds of
+          trio time, re-load the Run, re-attach and re-plan the target: the owed attempt
+          is offered again through ``redispatch``; when dispatched (or found active,
+          terminal or orphaned) the key is waited for as above. After ``budget`` calls
+          for the owed attempt the ledger records ``given_up("budget")`` and the target
+          goes through abort-then-dispose (RUN-EXE-16): its recovery command is
+          committed through *store*. A target no longer EXECUTING ends the wait quietly.
+        * A definitive read error, or an error of a re-plan or of the disposing commit,
+          goes to ``await on_fail(key, error)``; the target stays EXECUTING.
+
+        Arguments: *store* is the writer's RunStore (``writer.run_store()``); *watcher*,
+        *on_outcome*, *on_fail* are used where the constructor left None (``open_runtime``
+        passes the runtime's Watcher and ``RunRuntime.deliver``).
+
+        Cancellation: cancelling the enclosing scope stops every wait; nothing is
+        committed half-way (each commit is one store call).
+        Raises:
+            ValidationError: no watcher or no on_outcome, from either source.
+            OwnershipLostError: another writer took over the scope (from a commit or
+                ``on_outcome``); the other keys' tasks are cancelled and the error leaves
+                inside an ExceptionGroup, as trio nurseries raise.
+        """
+        watcher = self.watcher if self.watcher is not None else watcher
+        on_outcome = self.on_outcome if self.on_outcome is not None else on_outcome
+        if watcher is None or on_outcome is None:
+            raise ValidationError("Reconciler.watch needs a watcher and on_outcome")
+        ports = _Ports(watcher=watcher, on_outcome=on_outcome,
+                       on_fail=self.on_fail or on_fail or _log_failure)
+        decisions = tuple(self._unwatched.values())
+        self._unwatched.clear()
+        async with trio.open_nursery() as nursery:
+            for decision in decisions:
+                nursery.start_soon(self._follow, store, decision, ports,
+                                   name=f"runx-reconcile {decision.target.effect}")
+            task_status.started()
+
+    async def _follow(self, store: Any, decision: Decision, ports: _Ports) -> None:
+        """Re-plan *decision* while a redispatch is owed, then dispose of it or wait."""
+        key = decision.key(store.scope)
+        assignment: Any = None
+        tries = 1  # plan made the first redispatch call
+        try:
+            while decision.retry:
+                await trio.sleep(self.requeue_after)
+                replanned = await self._replan(store, decision.target,
+                                               exhausted=tries >= self.budget)
+                if replanned is None:
+                    return  # no longer EXECUTING under this effect: nothing is owed
+                decision, assignment = replanned
+                if decision.retry:
+                    tries += 1
+            if decision.verdict is Verdict.DISPOSE:
+                accepted = await self._dispose(store, decision)
+                _log.info("re-planned effect %r disposed (%s; accepted=%s)", key,
+                          decision.reason, accepted)
+                return
+        except OwnershipLostError:
+            raise  # terminal for this owner (§4.4)
+        except trio.ClosedResourceError:
+            return  # the runtime (behind the redispatch route) is closing
+        except Exception as exc:
+            await self._report(ports, key, exc)
+            return
+        await self._settle(key, assignment, ports)
+
+    async def _replan(self, store: Any, target: RecoveryTarget, *,
+                      exhausted: bool) -> tuple[Decision, Any] | None:
+        snapshot = await store.load(target.run_id)
+        state = snapshot.state
+        current = next((t for t in recovery_targets(state) if t.effect == target.effect),
+                       None)
+        if current is None:
+            return None
+        assignment = assignment_from_target(store.scope, state, current)
+        return await self._plan_one(assignment, current, exhausted=exhausted), assignment
+
+    async def _settle(self, key: Any, assignment: Any, ports: _Ports) -> None:
+        try:
+            outcome = await ports.watcher.await_outcome(key, assignment=assignment)
+        except (ExecutionNotFoundError, OutcomeUnavailableError) as exc:
+            await self._report(ports, key, exc)
+            return
+        except trio.ClosedResourceError:
+            return  # the Watcher closed: the runtime is leaving
+        try:
+            await ports.on_outcome(outcome)
+        except OwnershipLostError:
+            raise  # terminal for this owner (§4.4)
+        except trio.ClosedResourceError:
+            return  # the runtime is closing
+        except Exception:
+            _log.exception("settling the kept effect %r failed", key)
+
+    async def _report(self, ports: _Ports, key: Any, error: Exception) -> None:
+        try:
+            await ports.on_fail(key, error)
+        except OwnershipLostError:
+            raise
+        except Exception:
+            _log.exception("on_fail for %r failed (error %r)", key, error)
 
 
 async def recover_interrupted(writer: Any, reconciler: Reconciler) -> int:
     """Run takeover once over every active Run of *writer* (RUN-CMT-7).
 
-    Returns the number of ACCEPTED recovery commits (0 on a repeat). Raises the
-    reconciler's configuration errors and OwnershipLostError.
+    Returns the number of ACCEPTED recovery commits (0 on a repeat). Keys left EXECUTING
+    are in ``reconciler.kept``; start :meth:`Reconciler.watch` afterwards to settle them
+    and retry owed redispatches (``open_runtime`` does). Raises the reconciler's
+    configuration errors and OwnershipLostError.
     """
     store = writer.run_store()
     total = 0

@@ -7,8 +7,12 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
+from runtime_harness import MODEL, GatedModel, ProxyExecutor, of_type
 
 from runx_actors import effect
+from runx_actors.executors import open_local_executor, reply
+from runx_actors.protocol import facts as F
 from runx_actors.protocol.errors import (
     AbandonWithExecutorError,
     DispatchRejectedError,
@@ -23,17 +27,22 @@ from runx_actors.protocol.errors import (
     ValidationError,
 )
 from runx_actors.protocol.plan import RecoveryTarget, recovery_targets
-from runx_actors.protocol.state import MachineState
+from runx_actors.protocol.state import MachineState, ModelStep, Open
+from runx_actors.protocol.values import ModelStepStatus, RunStatus
 from runx_actors.runtime import (
     Dispatched,
     DispatchPlanned,
     GivenUp,
     LedgerAppendStatus,
+    LoopDisposition,
     MemoryDispatchLedger,
     MissingPolicy,
     Reconciler,
+    RunRuntime,
     Verdict,
     assignment_from_target,
+    open_runtime,
+    recover_interrupted,
 )
 from runx_actors.testing import builders as b
 
@@ -258,3 +267,192 @@ async def test_dispatch_ledger_conformance() -> None:
     st1, st2 = await ledger.load(k1), await ledger.load(k2)
     assert (st1.planned, st1.dispatched, st1.given_up) == (1, 1, True)
     assert (st2.planned, st2.dispatched, st2.given_up, st2.owed) == (1, 0, False, True)
+
+
+# -- requeue of owed redispatches (§6.10 "after apply"; RUN-CMT-7, RUN-EXE-15, D-15) ------
+
+#: Mock seconds after which a test that should have finished is declared hung.
+HANG = 600
+RUN = "run-1"
+
+
+class TimedLedger(MemoryDispatchLedger):
+    """A MemoryDispatchLedger that records each accepted entry with its trio time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple[Any, float]] = []
+        self.gave_up = trio.Event()
+
+    async def append(self, key: Any, entry: Any, *, seq: int,
+                     epoch: int) -> LedgerAppendStatus:
+        status = await super().append(key, entry, seq=seq, epoch=epoch)
+        if status is LedgerAppendStatus.ACCEPTED:
+            self.log.append((entry, trio.current_time()))
+            if isinstance(entry, GivenUp):
+                self.gave_up.set()
+        return status
+
+    def entries(self) -> list[Any]:
+        return [entry for entry, _ in self.log]
+
+
+async def crashed_owner(store: Any, model: GatedModel) -> None:
+    """An owner that creates RUN, drives it until its model call has started, then
+    crashes; the executor it used is closed afterwards and forgets the call, so the next
+    owner's executor answers ``missing`` for the key."""
+    async with open_local_executor(models={MODEL: model}) as old_ex:
+        with trio.CancelScope() as crash:
+            async with open_runtime(store, old_ex, scope=SCOPE, model=MODEL) as app:
+                await app.create_run(RUN, ["go"])
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(app.drive, RUN)
+                    await model.started.wait()
+                    crash.cancel()
+        assert crash.cancelled_caught
+
+
+def executing_step(state: MachineState) -> ModelStep:
+    step = state.current
+    assert isinstance(step, ModelStep) and step.status is ModelStepStatus.EXECUTING
+    return step
+
+
+async def test_requeue_redispatches_owed_attempt_after_requeue_after(
+        store: Any, autojump_clock: Any) -> None:
+    """A redispatch refused as retryable stays owed; ``watch`` offers the same attempt
+    again after ``requeue_after`` seconds of trio time, then settles the effect."""
+    requeue_after = 7.5
+    new_model = GatedModel([reply("done")])
+    with trio.fail_after(HANG):
+        await crashed_owner(store, GatedModel([reply("never")], gate=trio.Event()))
+        async with open_local_executor(models={MODEL: new_model}) as fresh:
+            proxy = ProxyExecutor(fresh)
+            refusals = [DispatchRetryableError("executor busy")]
+
+            async def refuse_once(assignment: Any) -> None:
+                if refusals:
+                    raise refusals.pop(0)
+
+            proxy.on_dispatch = refuse_once
+            writer = await store.open(SCOPE)
+            step = executing_step((await writer.record(RUN)).state)
+            key = effect.AssignmentKey(SCOPE, RUN, step.effect)
+            # an earlier owner already redispatched attempt 1, and lost that one too
+            ledger = TimedLedger()
+            await ledger.append(key, DispatchPlanned(1), seq=0, epoch=writer.epoch - 1)
+            await ledger.append(key, Dispatched(1), seq=1, epoch=writer.epoch - 1)
+
+            async with RunRuntime(writer, proxy) as rt:
+                calls: list[float] = []
+                delivered: list[Any] = []
+
+                async def route(k: effect.AssignmentKey) -> None:
+                    calls.append(trio.current_time())
+                    await rt.run(k.run_id).redispatch(k)
+
+                async def on_outcome(outcome: effect.Outcome) -> None:
+                    delivered.append(await rt.deliver(outcome))
+
+                rec = Reconciler(proxy, missing=MissingPolicy.REDISPATCH_MISSING,
+                                 ledger=ledger, redispatch=route, budget=3,
+                                 on_outcome=on_outcome, requeue_after=requeue_after,
+                                 epoch=writer.epoch)
+                assert await recover_interrupted(writer, rec) == 0
+                assert rec.kept == [key]
+                st = await ledger.load(key)
+                assert (st.planned, st.dispatched, st.owed) == (2, 1, True)
+                assert len(calls) == 1 and new_model.calls == 0
+                executing_step((await writer.record(RUN)).state)  # still EXECUTING
+
+                await rec.watch(rt.run_store, watcher=rt.watcher)  # returns once settled
+
+                assert ledger.entries() == [DispatchPlanned(1), Dispatched(1),
+                                            DispatchPlanned(2), Dispatched(2)]
+                assert len(calls) == 2
+                assert calls[1] - calls[0] >= requeue_after
+                assert ledger.log[-1][1] >= calls[0] + requeue_after
+                assert len(proxy.model_dispatches()) == 1
+                assert [r.disposition for r in delivered] == [LoopDisposition.FINISHED]
+            state = (await writer.record(RUN)).state
+            assert state.status is RunStatus.COMPLETED
+            facts = await writer.run_facts(RUN)
+            (completed,) = of_type(facts, F.ModelStepCompleted)
+            assert completed.effect == step.effect  # settled under its original effect
+            assert of_type(facts, F.ModelStepRecovered) == []
+            assert new_model.calls == 1
+            await writer.aclose()
+
+
+class AlwaysBusy:
+    """A redispatch route that never gets an answer; records the trio time of each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    async def __call__(self, key: effect.AssignmentKey) -> None:
+        self.calls.append(trio.current_time())
+        await trio.lowlevel.checkpoint()
+        if len(self.calls) % 2:
+            raise DispatchRetryableError("executor busy")
+        raise DispatchUnknownError("no answer")
+
+
+async def test_requeue_gives_up_after_budget_and_disposes(store: Any,
+                                                          autojump_clock: Any) -> None:
+    """Through ``open_runtime``: an owed redispatch that never succeeds is tried
+    ``budget`` times, ``requeue_after`` (5 s by default) apart; then the ledger records
+    ``given_up("budget")``, the key is aborted and the recovery command is committed."""
+    new_model = GatedModel([reply("done")])
+    route = AlwaysBusy()
+    ledger = TimedLedger()
+    with trio.fail_after(HANG):
+        await crashed_owner(store, GatedModel([reply("never")], gate=trio.Event()))
+        async with open_local_executor(models={MODEL: new_model}) as fresh:
+            rec = Reconciler(fresh, missing=MissingPolicy.REDISPATCH_MISSING, ledger=ledger,
+                             redispatch=route, budget=3)
+            assert rec.requeue_after == 5.0
+            async with open_runtime(store, fresh, scope=SCOPE, model=MODEL,
+                                    reconciler=rec) as app:
+                assert app.recovered == 0
+                (key,) = rec.kept
+                step = executing_step((await app.snapshot(RUN)).state)
+                assert key == effect.AssignmentKey(SCOPE, RUN, step.effect)
+                assert len(route.calls) == 1
+
+                await ledger.gave_up.wait()
+                while isinstance((await app.snapshot(RUN)).state.current, ModelStep):
+                    await trio.sleep(0.5)
+
+                state = (await app.snapshot(RUN)).state
+                assert state.status is RunStatus.ACTIVE
+                assert isinstance(state.current, Open) and state.model_steps == 0
+                recovered = of_type(await app.writer.run_facts(RUN), F.ModelStepRecovered)
+                assert [(f.step_id, f.effect) for f in recovered] == [(step.id, step.effect)]
+                assert fresh.history(key) == ("execution_aborted",)  # INV-31
+                assert ledger.entries() == [DispatchPlanned(1), GivenUp("budget")]
+                assert (await ledger.load(key)).reason == "budget"
+                assert len(route.calls) == 3
+                gaps = [b - a for a, b in zip(route.calls, route.calls[1:])]
+                assert all(gap >= rec.requeue_after for gap in gaps)
+                assert ledger.log[-1][1] >= route.calls[-1] + rec.requeue_after
+                assert new_model.calls == 0
+
+                result = await app.drive(RUN)  # the Run goes on with a new model step
+                assert result.disposition is LoopDisposition.FINISHED
+            assert new_model.calls == 1
+
+
+async def test_requeue_after_must_be_positive() -> None:
+    for bad in (0, 0.0, -1.0, float("nan"), float("inf"), "5", None, True):
+        with pytest.raises(ValidationError):
+            Reconciler(FakePort(), requeue_after=bad)  # type: ignore[arg-type]
+    assert Reconciler(FakePort(), requeue_after=0.25).requeue_after == 0.25
+    assert Reconciler(FakePort(), requeue_after=2).requeue_after == 2.0
+    for bad_budget in (-1, 1.5, True, "3"):
+        with pytest.raises(ValidationError):
+            Reconciler(FakePort(), budget=bad_budget)  # type: ignore[arg-type]
+    assert Reconciler(FakePort(), budget=0).budget == 0
+    # watching needs somewhere to wait and someone to hand Outcomes to
+    with pytest.raises(ValidationError):
+        await Reconciler(FakePort()).watch(types.SimpleNamespace(scope=SCOPE))
