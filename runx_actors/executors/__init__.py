@@ -1,6 +1,8 @@
 """Shipped executors (architecture §5): the in-process :class:`LocalExecutor`, tools from
-Python callables, workspace-confined ``fs.read``/``fs.write``, and model backends
-(:class:`ScriptedModel` for tests and demos).
+Python callables, workspace-confined ``fs.read``/``fs.write``, a subprocess tool (argv,
+no shell: :func:`subprocess_tool`), and model backends
+(:class:`ScriptedModel` for tests and demos,
+:class:`OpenAIChatModel` for OpenAI-compatible chat-completions APIs).
 
 Typical use::
 
@@ -28,6 +30,18 @@ from ._models import StreamingModel as StreamingModel
 from ._models import call_tools as call_tools
 from ._models import reply as reply
 from ._models import tool_call as tool_call
+from ._openai import ChatCompletionError as ChatCompletionError
+from ._openai import OpenAIChatModel as OpenAIChatModel
+from ._openai import chat_completions_body as chat_completions_body
+from ._openai import model_result_from_chat as model_result_from_chat
+from ._subprocess import DEFAULT_SUBPROCESS_TIMEOUT as DEFAULT_SUBPROCESS_TIMEOUT
+from ._subprocess import EXIT_NONZERO as EXIT_NONZERO
+from ._subprocess import MAX_OUTPUT_BYTES as MAX_OUTPUT_BYTES
+from ._subprocess import MINIMAL_ENV_KEYS as MINIMAL_ENV_KEYS
+from ._subprocess import SUBPROCESS_PARAMETERS as SUBPROCESS_PARAMETERS
+from ._subprocess import TERMINATE_GRACE as TERMINATE_GRACE
+from ._subprocess import minimal_env as minimal_env
+from ._subprocess import subprocess_tool as subprocess_tool
 from ._tools import DEFAULT_PARAMETERS as DEFAULT_PARAMETERS
 from ._tools import Tool as Tool
 from ._tools import ToolCheck as ToolCheck
@@ -44,6 +58,10 @@ __all__ = [
     "open_local_executor",
     "Model", "ModelEmit", "ModelError", "ScriptedModel", "ScriptTurn", "StreamingModel",
     "call_tools", "reply", "tool_call",
+    "DEFAULT_SUBPROCESS_TIMEOUT", "EXIT_NONZERO", "MAX_OUTPUT_BYTES", "MINIMAL_ENV_KEYS",
+    "SUBPROCESS_PARAMETERS", "TERMINATE_GRACE", "minimal_env", "subprocess_tool",
+    "ChatCompletionError", "OpenAIChatModel", "chat_completions_body",
+    "model_result_from_chat",
     "DEFAULT_PARAMETERS", "Tool", "ToolCheck", "ToolContext", "ToolError",
     "ToolUnknownError", "python_tool", "tool",
 ]
