@@ -51,7 +51,7 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (RunxError, OSError)
 _SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 _SIGNING_HINT = ("set RUNX_RECEIPT_SIGN_KID, RUNX_RECEIPT_SIGN_ED25519_SEED_BASE64 (a "
                  "base64 32-byte Ed25519 seed) and RUNX_RECEIPT_SIGN_ISSUER_TYPE (hosted or "
-                 "ci); `runx-actors demo loop-orchestration` runs with a demo key instead")
+                 "ci), all three or none")
 _HINTS: tuple[tuple[type[BaseException], str], ...] = (
     (SigningConfigError, _SIGNING_HINT),
     (InputContractError, "check the inputs against the runner's declared inputs in X.yaml "
@@ -122,10 +122,21 @@ def run_trio(fn: Callable[[], Any]) -> Any:
         raise inner from group
 
 
+#: PackageError hints by ``reason`` (the user's argument is wrong, not the package).
+_PACKAGE_HINTS = {
+    "not_a_package": "give the path of a package directory (one holding X.yaml), relative "
+                     "to the current directory",
+    "unknown_runner": "use --runner with a runner declared under `runners:` in the "
+                      "package's X.yaml",
+}
+
+
 def hint_for(exc: BaseException) -> str:
     """A line saying what to do about *exc*, or ``""``."""
     if isinstance(exc, ReceiptIndexStaleError):
         return str(getattr(exc, "hint", ""))
+    if isinstance(exc, PackageError) and getattr(exc, "reason", "") in _PACKAGE_HINTS:
+        return _PACKAGE_HINTS[str(getattr(exc, "reason", ""))]
     for kind, hint in _HINTS:
         if isinstance(exc, kind):
             return hint

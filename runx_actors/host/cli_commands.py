@@ -16,6 +16,7 @@ store (default ``default``; the demo's runs live in scope ``demo``).
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -53,8 +54,18 @@ from .skill import exit_code_of, run_skill
 __all__ = ["COMMANDS", "demo", "skill", "resume", "harness", "verify"]
 
 
-def _echo_result(result: Mapping[str, Any], as_json: bool) -> None:
-    """Print a ``runx.skill_run.v1`` result: the JSON (indent 2), or a few text lines."""
+def _resume_flags(receipt_dir: str | None, store: str | None, scope: str) -> str:
+    """The options a later ``resume`` needs to find this run: those given explicitly."""
+    flags = [f"--store {shlex.quote(store)}" if store else "",
+             f"--scope {shlex.quote(scope)}" if scope != DEFAULT_SCOPE else "",
+             f"-R {shlex.quote(receipt_dir)}" if receipt_dir else ""]
+    return "".join(" " + flag for flag in flags if flag)
+
+
+def _echo_result(result: Mapping[str, Any], as_json: bool, resume_flags: str = "") -> None:
+    """Print a ``runx.skill_run.v1`` result: the JSON (indent 2, ``next`` exactly as
+    §7.1 writes it), or a few text lines whose ``next:`` also carries *resume_flags*
+    (the ``--store`` / ``--scope`` / ``-R`` given to this command)."""
     if as_json:
         click.echo(json.dumps(result, indent=2, ensure_ascii=False))
         return
@@ -74,7 +85,7 @@ def _echo_result(result: Mapping[str, Any], as_json: bool) -> None:
         click.echo(f"- request={request.get('id')} kind={request.get('kind')} "
                    f"tool={request.get('tool')}")
     if result.get("next"):
-        click.echo(f"next: {result['next']}")
+        click.echo(f"next: {result['next']}{resume_flags}")
 
 
 def _parse_inputs(pairs: Sequence[str], json_pairs: Sequence[str]) -> dict[str, Any]:
@@ -163,7 +174,7 @@ def skill(*, package: str, runner: str | None, inputs: tuple[str, ...],
         result: dict[str, Any] = run_trio(main)
     except EXPECTED_ERRORS as exc:
         return fail("skill", exc)
-    _echo_result(result, as_json)
+    _echo_result(result, as_json, _resume_flags(receipt_dir, store, scope))
     return exit_code_of(result)
 
 
@@ -215,7 +226,7 @@ def resume(*, run_id: str, answers: str, receipt_dir: str | None, store: str | N
         return fail("resume", exc)
     for warning in outcome.warnings:
         click.echo(f"runx-actors: resume: warning: {warning}", err=True)
-    _echo_result(outcome.result, as_json)
+    _echo_result(outcome.result, as_json, _resume_flags(receipt_dir, store, scope))
     return int(outcome.exit_code)
 
 

@@ -327,6 +327,37 @@ def test_done_when_fresh_clone(tmp_path: Path) -> None:
 # -- commands and their error paths --------------------------------------------------------------
 
 
+def test_text_next_carries_the_store_scope_and_receipt_dir(tmp_path: Path,
+                                                            workspace: Path) -> None:
+    """The text ``next:`` line of a parked run names the --store/--scope/-R that were
+    given, so following it finds the run; the JSON ``next`` stays as §7.1 writes it."""
+    parked = invoke(["skill", str(EXAMPLE), "--runner", "context-gate", "-i",
+                     "objective=Review whether the next turn may continue.", "-R", "D",
+                     "--store", "S", "--scope", "gate"], tmp_path)
+    assert parked.exit_code == 2, parked.output
+    line = next(x for x in parked.stdout.splitlines() if x.startswith("next: "))
+    run_id = parked.stdout.split("run=")[1].split()[0]
+    assert line == f"next: runx-actors resume {run_id} - --json --store S --scope gate -R D"
+    answers = json.dumps({"answers": {GATE_REQUEST: GATE_ANSWER}})
+    follow = invoke(line[len("next: runx-actors "):].split(), tmp_path, stdin=answers)
+    assert follow.exit_code == 0, follow.output
+    assert json.loads(follow.stdout)["status"] == "sealed"
+
+
+def test_package_argument_errors_say_what_to_fix(tmp_path: Path, workspace: Path) -> None:
+    """A wrong package path or runner name exits 1 with a hint about the argument."""
+    missing = invoke(["skill", "no-such-package"], tmp_path)
+    assert missing.exit_code == 1
+    assert "hint: give the path of a package directory" in missing.stderr
+    runner = invoke(["skill", str(EXAMPLE), "--runner", "nope"], tmp_path)
+    assert runner.exit_code == 1 and "has no runner 'nope'" in runner.stderr
+    assert "hint: use --runner with a runner declared under `runners:`" in runner.stderr
+    partial = invoke(["demo", "loop-orchestration"], tmp_path, signing=False,
+                     RUNX_RECEIPT_SIGN_KID="k")
+    assert partial.exit_code == 1
+    assert "all three or none" in partial.stderr and "demo key instead" not in partial.stderr
+
+
 def test_resume_command_roundtrip(tmp_path: Path, workspace: Path) -> None:
     """resume: answers from stdin or a file seal the parked run (exit 0); a second resume
     replays the sealed result with a warning; a bad answers file exits 1 and commits
