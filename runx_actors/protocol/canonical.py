@@ -76,14 +76,20 @@ def _check_text(value: str, what: str) -> None:
 
 def _prepare(value: object) -> object:
     """Return *value* as plain JSON data rfc8785 accepts, applying the §3.5 pre-checks."""
-    # exact-type fast paths first: they cover everything parse_json_strict produces
-    if type(value) is str:
-        _check_text(value, "string")
+    # exact-type fast paths first: they cover everything parse_json_strict produces and
+    # what the codec's unstructuring yields (the hot path: every fact of every commit)
+    t = type(value)
+    if t is str:
+        _check_text(value, "string")  # type: ignore[arg-type]
         return value
-    if type(value) is float:
-        return _finite(value)
-    if type(value) is dict or type(value) is list:
-        return _prepare_container(value)
+    if t is dict:
+        return _prepare_dict(value)  # type: ignore[arg-type]
+    if t is list:
+        return [_prepare(item) for item in value]  # type: ignore[attr-defined]
+    if t is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:  # type: ignore[operator]
+        return value
+    if t is float:
+        return _finite(value)  # type: ignore[arg-type]
     if value is None or isinstance(value, bool):  # bool before int (§3.5)
         return value
     if isinstance(value, str):
@@ -107,6 +113,20 @@ def _finite(value: float) -> float:
     if not math.isfinite(value):
         raise CanonicalJSONError(f"{value!r} is not a JSON number", reason="non_finite")
     return value
+
+
+def _prepare_dict(value: dict[object, object]) -> dict[str, object]:
+    """``_prepare_container`` of an exact ``dict`` (same checks, same order)."""
+    out: dict[str, object] = {}
+    for key, item in value.items():
+        if type(key) is not str:
+            if not isinstance(key, str):
+                raise CanonicalJSONError(
+                    f"object key {key!r} is not a string", reason="non_string_key"
+                )
+        _check_text(key, "object key")
+        out[key] = _prepare(item)
+    return out
 
 
 def _prepare_container(value: object) -> object:

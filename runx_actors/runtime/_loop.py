@@ -100,6 +100,30 @@ def result_json(state: MachineState) -> str | None:
     return canonical_json_text(encode_value(state.result))
 
 
+class _Settling:
+    """``with CancelScope(shield=True), fail_after(timeout):`` as ONE cancel scope.
+
+    Shielded from outside cancellation, cancelled by its own deadline (computed on
+    entry, like ``fail_after``); a deadline that fired raises ``trio.TooSlowError``.
+    One scope instead of two plus a generator context manager: this wraps every start
+    barrier and every settlement, so it is on the hot path.
+    """
+
+    __slots__ = ("_scope",)
+
+    def __init__(self, timeout: float) -> None:
+        self._scope = trio.CancelScope(shield=True, relative_deadline=timeout)
+
+    def __enter__(self) -> trio.CancelScope:
+        return self._scope.__enter__()
+
+    def __exit__(self, etype: Any, exc: Any, tb: Any) -> bool:
+        handled = self._scope.__exit__(etype, exc, tb)
+        if self._scope.cancelled_caught:
+            raise trio.TooSlowError from None
+        return handled
+
+
 @attrs.define
 class LoopContext:
     """Everything one loop operation of one Run needs.
@@ -258,8 +282,8 @@ class LoopContext:
             except Exception as exc:  # D-5: cannot prove nothing started
                 raise DispatchUnknownError(f"dispatch raised {exc!r}", dispatched=()) from exc
 
-    def _shield(self) -> tuple[trio.CancelScope, Any]:
-        return trio.CancelScope(shield=True), trio.fail_after(self.settings.settle_timeout)
+    def _shield(self) -> _Settling:
+        return _Settling(self.settings.settle_timeout)
 
     # -- model start: the start barrier (§5.6) ---------------------------------------------
 
@@ -278,8 +302,7 @@ class LoopContext:
         if failure is not None:
             raise ModelUnavailableError("the executor cannot serve this model",
                                         failure=failure, model=step.model)
-        shield, limit = self._shield()
-        with shield, limit:
+        with self._shield():
             result = await self.commit(snapshot.position, derive_start_command_id(eff),
                                        C.StartModelExecution(step.id, eff))
             if result is None:
@@ -378,8 +401,7 @@ class LoopContext:
                 C.DeclineToolCall(step_id=step.id, call_id=call.call_id,
                                   failure=Failure(failure.class_, failure.message)))
             return None if result is None else (result.snapshot, None)
-        shield, limit = self._shield()
-        with shield, limit:
+        with self._shield():
             result = await self.commit(latest.position, derive_start_command_id(eff),
                                        C.StartToolCall(step_id=step.id, call_id=call.call_id,
                                                        effect=eff))
@@ -436,8 +458,7 @@ class LoopContext:
             tool_call = call
         else:
             return dropped
-        shield, limit = self._shield()
-        with shield, limit:
+        with self._shield():
             result = await self.commit(snapshot.position, command_id, command)
             if result is None:
                 return dropped  # D-6: the effect is already over; no acknowledgement

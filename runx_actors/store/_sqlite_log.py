@@ -33,8 +33,9 @@ from ._scope import integral_ints
 from .base import StreamRecord, run_stream
 
 __all__ = [
-    "read_epoch", "check_epoch", "bump_epoch", "run_facts", "record", "stream_exists",
-    "commit_exists", "commit_run_facts", "insert_commit", "insert_events", "insert_run",
+    "read_epoch", "check_epoch", "require_epoch", "bump_epoch", "run_facts", "record",
+    "stream_exists", "commit_exists", "commit_run_facts", "insert_commit", "insert_events",
+    "insert_run",
     "advance_run", "stream_head", "write_cache", "read_cache", "rebuild_projection",
     "frozen_put", "frozen_get", "encode_state", "decode_state",
 ]
@@ -55,7 +56,11 @@ def check_epoch(conn: sqlite3.Connection, scope: Scope, epoch: int) -> None:
     Called inside the append transaction, after ``BEGIN IMMEDIATE`` took the write lock,
     so no other connection can move the epoch between this check and the append.
     """
-    current = read_epoch(conn, scope)
+    require_epoch(scope, epoch, read_epoch(conn, scope))
+
+
+def require_epoch(scope: Scope, epoch: int, current: int) -> None:
+    """Raise OwnershipLostError unless *epoch* is *current*, the persisted epoch."""
     if current != epoch:
         raise OwnershipLostError(
             f"scope {scope!r} is owned by epoch {current}, not {epoch}",

@@ -108,6 +108,19 @@ class _Tx:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self.overlay: dict[tuple[int, RunID], tuple[WriterState, Snapshot]] = {}
+        self._epochs: dict[Scope, int] = {}
+
+    def check_epoch(self, ws: WriterState) -> None:
+        """``log.check_epoch`` with the persisted epoch read once per scope and group.
+
+        Exact: the group holds the write lock (``BEGIN IMMEDIATE``) from its first job to
+        ``COMMIT``, no job of a group writes ``scopes`` (only ``OpenJob`` does, and it
+        runs alone), so the persisted epoch cannot move inside the transaction.
+        """
+        current = self._epochs.get(ws.scope)
+        if current is None:
+            current = self._epochs[ws.scope] = log.read_epoch(self.conn, ws.scope)
+        log.require_epoch(ws.scope, ws.epoch, current)
 
     def active(self, ws: WriterState, run_id: RunID) -> Snapshot | None:
         hit = self.overlay.get((id(ws), run_id))
@@ -196,7 +209,7 @@ class CommitJob(Job[CommitResult]):
 
     def run(self, tx: _Tx) -> tuple[CommitResult, Sequence[Change]]:
         ws, request = self.ws, self.request
-        log.check_epoch(tx.conn, ws.scope, ws.epoch)
+        tx.check_epoch(ws)
         for digest, data in self.bodies:
             log.frozen_put(tx.conn, digest, data)
         run_id = request.envelope.run_id
@@ -234,7 +247,7 @@ class CreateJob(Job[CommitResult]):
 
     def run(self, tx: _Tx) -> tuple[CommitResult, Sequence[Change]]:
         ws, run_id = self.ws, self.new_run.run_id
-        log.check_epoch(tx.conn, ws.scope, ws.epoch)
+        tx.check_epoch(ws)
         if not self.commit_id:
             raise ValidationError("create_run needs a commit id")
         prior = log.commit_run_facts(tx.conn, ws.scope, self.commit_id, run_id)
@@ -269,7 +282,7 @@ class AppendJob(Job[CommitStatus]):
 
     def run(self, tx: _Tx) -> tuple[CommitStatus, Sequence[Change]]:
         ws = self.ws
-        log.check_epoch(tx.conn, ws.scope, ws.epoch)
+        tx.check_epoch(ws)
         if not self.commit_id:
             raise ValidationError("append_events needs a commit id")
         if log.commit_exists(tx.conn, ws.scope, self.commit_id):

@@ -175,10 +175,14 @@ class MemoryRunStore:
         Raises: OwnershipLostError (fenced; nothing written), RunNotFoundError,
         RunTerminalError, CommandConflictError, StaleRuntimeError.
         """
-        for digest, data in bodies_of(request.envelope.command):
-            await self._writer._store.frozen.put(digest, data)
+        bodies = bodies_of(request.envelope.command)
         await trio.lowlevel.checkpoint()
+        # One checkpoint per commit: bodies and facts are stored without a checkpoint in
+        # between (a cancellation at the checkpoint leaves nothing written).
         w = self._writer
+        frozen = w._store.frozen.bodies
+        for digest, data in bodies:
+            frozen.put(digest, data)
         return w.log.commit(w.epoch, w._projection, request)
 
     async def frozen_request(self, digest: Digest) -> ModelRequest:
