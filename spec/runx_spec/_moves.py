@@ -1,25 +1,29 @@
-"""The moves of the reference machine: owners (loop and takeover), executor, env and user.
+"""The moves of the environment: owners (loop and takeover), executor, env and user.
 
 Each generator yields ``(label, next_world)``; a label reads ``"actor: Action(args) -> result"``.
 Owners plan from their snapshot (:func:`view`) and the store decides. What an owner holds
 in memory (its start→dispatch section, the keys it is aborting) is lost when it crashes.
+
+The environment is written once. Whatever depends on what a Run *does* — committing,
+loading, planning, the EXECUTING effects — is asked of ``ctx.sem`` (``_semantics``): the
+reference model passes its own semantics, the ``core`` model of ``runx_actors.check`` an
+adapter over the real ``runx_actors.protocol``, so both explore the same environment.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import attrs
 
 from runx_actors.protocol import ids
 
+from ._semantics import Semantics
 from ._state import (
     ACTIVE,
     EFFECTS,
     EXECUTING,
-    OPEN,
-    PENDING,
-    PREPARED,
     WAITING,
     Cmd,
     ModelStep,
@@ -28,17 +32,13 @@ from ._state import (
     RunState,
     ToolStep,
     World,
-    executing_targets,
-    fold,
-    model_effect,
     name,
     prepare_ids,
     replace,
-    tool_effect,
 )
-from ._store import CANCEL_PREFIX, commit
+from ._store import CANCEL_PREFIX
 
-__all__ = ["Ctx", "OWNERS", "moves", "view"]
+__all__ = ["Ctx", "OWNERS", "moves", "view", "view_position", "initial_world", "canonical"]
 
 Move = tuple[str, World]
 OWNERS = ("owner1", "owner2")
@@ -57,7 +57,8 @@ class Ctx:
     failures: bool
     cancel: bool
     stale_reads: bool  # the current owner may commit from a snapshot older than the store
-    bugs: frozenset[str]
+    bugs: frozenset[str]  # the environment's (and the reference store's) broken variants
+    sem: Semantics  # what a Run does: the reference's own, or the real core's
 
 
 # --------------------------------------------------------------------------- helpers
@@ -65,8 +66,7 @@ class Ctx:
 
 def _commit(ctx: Ctx, w: World, r: int, cid: str, cmd: Cmd, epoch: int, origin: str,
             base: int = -1) -> tuple[World, str]:
-    return commit(w, r, cid, cmd, epoch=epoch, origin=origin, base=base, calls=ctx.calls,
-                  approvals=ctx.approvals, bugs=ctx.bugs)
+    return ctx.sem.commit(ctx, w, r, cid, cmd, epoch, origin, base)
 
 
 def view_position(w: World, o: int, r: int) -> int:
@@ -83,12 +83,9 @@ def view_position(w: World, o: int, r: int) -> int:
     return owner.views[r] if owner.views else w.store.position(r)
 
 
-def view(w: World, o: int, r: int) -> RunState | None:
+def view(ctx: Ctx, w: World, o: int, r: int) -> RunState:
     """The state of Run ``r`` in owner ``o``'s snapshot."""
-    pos = view_position(w, o, r)
-    if pos == w.store.position(r):
-        return w.store.runs[r]
-    return fold(w.store.streams[r][: pos + 1])
+    return ctx.sem.load(w.store, r, view_position(w, o, r))
 
 
 def _seen(ctx: Ctx, w: World, o: int, r: int, status: str) -> World:
@@ -108,13 +105,14 @@ def _set(w: World, o: int, **changes: object) -> World:
     return w.with_owner(o, replace(w.owners[o], **changes))
 
 
-def _ghost(w: World, note: str) -> World:
-    return replace(w, ghosts=(*w.ghosts, note))
+def _stream(ctx: Ctx, w: World, r: int) -> tuple[Any, ...]:
+    """Run ``r``'s facts, as the reference's ``Fact`` values."""
+    return ctx.sem.image(w.store).streams[r]
 
 
-def _started_in_log(w: World, effect: str) -> bool:
+def _started_in_log(ctx: Ctx, w: World, effect: str) -> bool:
     return any(f.effect == effect and f.kind in ("ModelStepStarted", "ToolCallStarted")
-               for f in w.store.streams[EFFECTS[effect].run])
+               for f in _stream(ctx, w, EFFECTS[effect].run))
 
 
 # --------------------------------------------------------------------------- takeover
@@ -150,8 +148,8 @@ def _reconcile_moves(ctx: Ctx, w: World, o: int) -> Iterator[Move]:
     """
     owner, me = w.owners[o], OWNERS[o]
     waiting = False
-    for state in w.store.runs:
-        for e in executing_targets(state):
+    for r in range(ctx.runs):
+        for e in ctx.sem.executing(w.store, r):
             rec = w.rec(e)
             if e in owner.aborting:
                 waiting = True
@@ -189,7 +187,7 @@ def _start(ctx: Ctx, w: World, o: int, r: int, cmd: Cmd, label: str) -> Move:
     returned snapshot shows the target EXECUTING under this effect (INV-25)."""
     cid = ids.derive_start_command_id(cmd.effect)
     w, status = _commit(ctx, w, r, cid, cmd, w.owners[o].epoch, "loop", view_position(w, o, r))
-    granted = status in OK and cmd.effect in executing_targets(w.store.runs[r])
+    granted = status in OK and cmd.effect in ctx.sem.executing(w.store, r)
     w = _seen(ctx, w, o, r, status)
     if granted or "dispatch_before_start" in ctx.bugs:
         w = _set(w, o, section=cmd.effect, offers=0)
@@ -199,34 +197,23 @@ def _start(ctx: Ctx, w: World, o: int, r: int, cmd: Cmd, label: str) -> Move:
 def _plan_moves(ctx: Ctx, w: World, o: int, r: int) -> Iterator[Move]:
     """plan_next on the owner's snapshot (§2.9) and the commit it leads to."""
     me = OWNERS[o]
-    state, base = view(w, o, r), view_position(w, o, r)
-    if state is None or state.status != ACTIVE:
+    base = view_position(w, o, r)
+    cmd = ctx.sem.plan(w.store, r, base)
+    if cmd is None:
         return
-    cur = state.current
-    if cur == OPEN:
-        prepared = sum(f.kind == "ModelStepPrepared" for f in w.store.streams[r])
+    if cmd.kind == "Prepare":
+        prepared = sum(f.kind == "ModelStepPrepared" for f in _stream(ctx, w, r))
         if prepared < ctx.max_prepares:
-            cid, step = prepare_ids(r, base)
-            cmd = Cmd("Prepare", step, arg=(base, state.pending))
+            cid = prepare_ids(r, base)[0]
             w2, status = _commit(ctx, w, r, cid, cmd, w.owners[o].epoch, "loop", base)
-            yield (f"{me}: Prepare({name(step)}, inputs={list(state.pending)}) -> {status}",
+            yield (f"{me}: Prepare({name(cmd.step)}, inputs={list(cmd.arg[1])}) -> {status}",
                    _seen(ctx, w2, o, r, status))
-    elif isinstance(cur, ModelStep) and cur.status == PREPARED:
-        if state.pending:  # INV-14: withdraw, never start, while inputs are pending
-            cid = ids.derive_withdraw_command_id(f"run-{r}", cur.id)
-            w2, status = _commit(ctx, w, r, cid, Cmd("Withdraw", cur.id), w.owners[o].epoch,
-                                 "loop", base)
-            yield f"{me}: Withdraw({name(cur.id)}) -> {status}", _seen(ctx, w2, o, r, status)
-        else:
-            effect = model_effect(r, cur.id, cur.rejects)
-            cmd = Cmd("StartModel", cur.id, "", effect)
-            yield _start(ctx, w, o, r, cmd, f"{me}: StartModel({name(effect)})")
-    elif isinstance(cur, ToolStep):
-        call = next((c for c in cur.calls if c.status == PENDING), None)  # in call order
-        if call is not None:
-            effect = tool_effect(r, cur.id, call.id)
-            cmd = Cmd("StartToolCall", cur.id, call.id, effect)
-            yield _start(ctx, w, o, r, cmd, f"{me}: StartToolCall({name(effect)})")
+    elif cmd.kind == "Withdraw":
+        cid = ids.derive_withdraw_command_id(f"run-{r}", cmd.step)
+        w2, status = _commit(ctx, w, r, cid, cmd, w.owners[o].epoch, "loop", base)
+        yield f"{me}: Withdraw({name(cmd.step)}) -> {status}", _seen(ctx, w2, o, r, status)
+    else:  # StartModel, StartToolCall
+        yield _start(ctx, w, o, r, cmd, f"{me}: {cmd.kind}({name(cmd.effect)})")
 
 
 def _accept(ctx: Ctx, w: World, effect: str) -> tuple[World, bool]:
@@ -234,7 +221,7 @@ def _accept(ctx: Ctx, w: World, effect: str) -> tuple[World, bool]:
     rec = w.rec(effect)
     if rec is None:
         return w.with_rec(Rec(effect, "running", accepts=1,
-                              durable=_started_in_log(w, effect))), True
+                              durable=_started_in_log(ctx, w, effect))), True
     if rec.status == "aborted":
         return w, False
     if "double_tool_start" in ctx.bugs and EFFECTS[effect].kind == "tool":  # no dedup by key
@@ -279,7 +266,7 @@ def _dispatch_moves(ctx: Ctx, w: World, o: int) -> Iterator[Move]:
     yield f"{label} -> unknown (lost)", done
 
 
-def _deliver_command(state: RunState | None, effect: str, outcome: str) -> Cmd:
+def _deliver_command(state: RunState, effect: str, outcome: str) -> Cmd:
     """Map an Outcome to its settlement command (§5.8 tables)."""
     info = EFFECTS[effect]
     if info.kind == "model":
@@ -287,7 +274,7 @@ def _deliver_command(state: RunState | None, effect: str, outcome: str) -> Cmd:
             return Cmd("SubmitModelResult", info.step, "", effect, outcome)
         if outcome == "failed":
             return Cmd("SubmitModelFailure", info.step, "", effect)
-        cur = state.current if state is not None else None
+        cur = state.current
         rejects = cur.rejects if isinstance(cur, ModelStep) and cur.id == info.step else 0
         disposition = "retry" if rejects < MALFORMED_RETRIES else "fail_run"
         return Cmd("RejectModelResult", info.step, "", effect, disposition)
@@ -302,23 +289,23 @@ def _deliver(ctx: Ctx, w: World, o: int, effect: str, outcome: str) -> tuple[Wor
     owner = w.owners[o]
     if owner.views and owner.epoch == w.store.epoch:  # deliver starts with a load (§5.8)
         w = _set(w, o, views=tuple(w.store.position(r) for r in range(ctx.runs)))
-    state = view(w, o, info.run)
+    state = view(ctx, w, o, info.run)
     target = effect
-    if "settle_foreign_effect" in ctx.bugs and state is not None:
+    if "settle_foreign_effect" in ctx.bugs:
         # deliver settles whatever its target is running now, not the Outcome's key
         cur = state.current
         if isinstance(cur, ModelStep) and cur.id == info.step and cur.status == EXECUTING:
             target = cur.effect
     cmd = _deliver_command(state, target, outcome)
     cid = ids.derive_settlement_command_id(target)
-    live = effect in executing_targets(w.store.runs[info.run])
+    live = effect in ctx.sem.executing(w.store, info.run)
     w2, status = _commit(ctx, w, info.run, cid, cmd, w.owners[o].epoch, f"deliver:{effect}")
     if status in OK:  # acknowledge (§6.9): the record is kept, its Outcome no longer readable
         rec = w2.rec(effect)
         if rec is not None and rec.status == "settled":
             w2 = w2.with_rec(replace(rec, status="acked"))
     if status == "accepted" and not live:
-        w2 = _ghost(w2, f"INV-26: late Outcome of {name(effect)} ({outcome}) appended facts")
+        w2 = w2.with_ghost(f"INV-26: late Outcome of {name(effect)} ({outcome}) appended facts")
     return _seen(ctx, w2, o, info.run, status), status
 
 
@@ -368,7 +355,7 @@ def _model_outcomes(ctx: Ctx, w: World, effect: str) -> list[str]:
     """A model attempt answers with tool calls (one ToolStep per Run at most) or text; the
     first attempt of a step may be malformed; with ``failures`` it may fail the Run."""
     info = EFFECTS[effect]
-    opened = any(f.kind == "ToolStepOpened" for f in w.store.streams[info.run])
+    opened = any(f.kind == "ToolStepOpened" for f in _stream(ctx, w, info.run))
     outs = ["tools", "text"] if ctx.calls > 0 and not opened else ["text"]
     if ctx.malformed and info.seq == 0:
         outs.append("malformed")
@@ -428,8 +415,8 @@ def _env_moves(ctx: Ctx, w: World) -> Iterator[Move]:
 def _user_commit(ctx: Ctx, w: World, r: int, cid: str, cmd: Cmd, label: str) -> Move:
     w2, status = _commit(ctx, w, r, cid, cmd, w.store.epoch, "user")
     fresh = cmd.kind == "AcceptInput" and not label.endswith("[retry]")
-    if fresh and status not in OK and w.store.runs[r].status == ACTIVE:
-        w2 = _ghost(w2, f"INV-13: {label} refused ({status})")
+    if fresh and status not in OK and ctx.sem.image(w.store).runs[r].status == ACTIVE:
+        w2 = w2.with_ghost(f"INV-13: {label} refused ({status})")
     return f"user: {label} -> {status}", w2
 
 
@@ -439,8 +426,9 @@ def _user_moves(ctx: Ctx, w: World) -> Iterator[Move]:
     if not any(x.alive and x.epoch == w.store.epoch and x.phase != "fenced" for x in w.owners):
         return
     again = replace(w, duplicates=w.duplicates - 1) if w.duplicates > 0 else None
+    image = ctx.sem.image(w.store)
     for r in range(ctx.runs):
-        state, run = w.store.runs[r], f"run-{r}"
+        state, run = image.runs[r], f"run-{r}"
         for n in range(1, w.inputs_sent[r] + 2):
             cid = ids.derive_input_command_id(run, f"in-{n}")
             cmd = Cmd("AcceptInput", arg=f"in-{n}")
@@ -463,7 +451,7 @@ def _user_moves(ctx: Ctx, w: World) -> Iterator[Move]:
         elif again is not None and cancel in w.store.cids:
             yield _user_commit(ctx, again, r, cancel, Cmd("CancelRun"),
                                f"CancelRun({run}) [retry]")
-        for f in w.store.streams[r] if again is not None else ():
+        for f in image.streams[r] if again is not None else ():
             for call in f.arg[1] if f.kind == "ToolStepOpened" else ():
                 if call.response:
                     cid = ids.derive_response_command_id(run, f.step, call.id, call.response)
@@ -480,3 +468,24 @@ def moves(ctx: Ctx, w: World) -> Iterator[Move]:
     yield from _executor_moves(ctx, w)
     yield from _env_moves(ctx, w)
     yield from _user_moves(ctx, w)
+
+
+def initial_world(ctx: Ctx, crashes: int, takeovers: int, duplicates: int) -> World:
+    """Every Run created with input ``in-0`` at epoch 1; owner1 drives, owner2 is down."""
+    store = ctx.sem.initial_store(ctx.runs)
+    views = tuple(store.position(r) for r in range(ctx.runs)) if ctx.stale_reads else ()
+    owner1 = Owner(epoch=1, alive=True, phase="drive", views=views)
+    return World(store=store, owners=(owner1, Owner()), recs=(), inflight=(), crashes=crashes,
+                 takeovers=takeovers, duplicates=duplicates, inputs_sent=(0,) * ctx.runs)
+
+
+def canonical(w: World) -> World:
+    """The one exact reduction: a fenced writer still in ``drive`` with no start→dispatch
+    section behaves as one that already got OwnershipLostError (every command it can try
+    is refused before anything else, the store checking the epoch first). Runs and owners
+    are not interchangeable (their ids are in the facts). Only for a store that fences."""
+    for o, owner in enumerate(w.owners):
+        if (owner.alive and owner.epoch < w.store.epoch and owner.phase == "drive"
+                and not owner.section):
+            w = w.with_owner(o, Owner(epoch=owner.epoch, alive=True, phase="fenced"))
+    return w

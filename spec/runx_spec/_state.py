@@ -108,10 +108,11 @@ def call_id(source: str, index: int) -> str:
 
 
 @functools.cache
-def tool_effect(r: int, step: str, call: str) -> str:
-    effect = ids.derive_effect_id(run_id(r), step, call, 0)
-    EFFECTS[effect] = EffectInfo(r, step, call, "tool", 0)
-    NAMES[effect] = name(call)
+def tool_effect(r: int, step: str, call: str, seq: int = 0) -> str:
+    """A call's EffectID: sequence 0 (INV-6); a broken planner may start attempt ``seq``."""
+    effect = ids.derive_effect_id(run_id(r), step, call, seq)
+    EFFECTS[effect] = EffectInfo(r, step, call, "tool", seq)
+    NAMES[effect] = name(call) + (f"#{seq}" if seq else "")
     return effect
 
 
@@ -377,7 +378,10 @@ class Rec:
 class World:
     """One state of the whole system: the scope's store, two owner processes, the
     executor's records, duplicated Outcomes in flight, the fault budgets left, and the
-    ghosts (violations that only a transition can observe)."""
+    ghosts (violations that only a transition can observe).
+
+    ``store`` is whatever the semantics of the moves keeps (``_semantics``): a ``Store``
+    here; the core model of ``runx_actors.check`` keeps the real core's store in it."""
 
     store: Store
     owners: tuple[Owner, ...]
@@ -403,3 +407,6 @@ class World:
     def with_owner(self, o: int, owner: Owner) -> World:
         owners = tuple(owner if i == o else x for i, x in enumerate(self.owners))
         return replace(self, owners=owners)
+
+    def with_ghost(self, note: str) -> World:
+        return replace(self, ghosts=(*self.ghosts, note))

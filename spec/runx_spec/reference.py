@@ -7,8 +7,9 @@ loses, duplicates, delays and reorders Outcomes, and answers dispatch with accep
 retryable / unknown. Bodies are abstracted to tags; identities are the real derived ids
 (``runx_actors.protocol.ids``, the only code shared with ``runx_actors``).
 
-Layout: ``_state`` (values and the fold), ``_store`` (decide and commit), ``_moves`` (who
-can do what), ``_invariants`` (spec §7 as checks). ``build_model(config, variant)`` returns
+Layout: ``_state`` (values and the fold), ``_store`` (decide and commit), ``_semantics``
+(the Run semantics the moves drive: this machine's own, built from those two), ``_moves``
+(who can do what), ``_invariants`` (spec §7 as checks). ``build_model(config, variant)`` returns
 an object satisfying the ``runx_actors.check`` Model protocol; a ``variant`` from
 :data:`VARIANTS` switches on one deliberate defect that some invariant must catch.
 
@@ -34,8 +35,9 @@ from typing import Any
 import attrs
 
 from ._invariants import INVARIANT_IDS, INVARIANT_NOTES, INVARIANTS, Invariant
-from ._moves import OWNERS, Ctx, moves
-from ._state import Commit, Fact, ModelStep, Owner, Store, ToolStep, World, fold, name, run_id
+from ._moves import OWNERS, Ctx, canonical, initial_world, moves
+from ._semantics import REFERENCE
+from ._state import Commit, Fact, ModelStep, ToolStep, World, name
 
 __all__ = [
     "ReferenceConfig", "ReferenceModel", "VARIANTS", "EXPECTED", "INVARIANT_IDS",
@@ -126,25 +128,13 @@ class ReferenceModel:
                        max_prepares=get("max_prepares"), approvals=bool(get("approvals")),
                        malformed=bool(get("malformed")), failures=bool(get("failures")),
                        cancel=bool(get("cancel")), stale_reads=bool(get("stale_reads")),
-                       bugs=frozenset({variant}) if variant else frozenset())
+                       bugs=frozenset({variant}) if variant else frozenset(), sem=REFERENCE)
         self._budgets = (get("crashes"), get("takeovers"), get("duplicates"))
         self.variant = variant
         self.name = "reference" + (f"[{variant}]" if variant else "")
 
     def initial_states(self) -> Iterable[Hashable]:
-        runs = self.ctx.runs
-        creates = [Commit(f"create:{run_id(r)}", r, (Fact("RunCreated", arg=run_id(r)),
-                                                     Fact("InputAccepted", arg="in-0")),
-                          1, 1, "create") for r in range(runs)]
-        store = Store(1, (), ((),) * runs, (None,) * runs, frozenset())  # type: ignore[arg-type]
-        for c in creates:
-            store = store.append(c, fold(c.facts))
-        views = tuple(store.position(r) for r in range(runs)) if self.ctx.stale_reads else ()
-        owner1 = Owner(epoch=1, alive=True, phase="drive", views=views)
-        crashes, takeovers, duplicates = self._budgets
-        return [World(store=store, owners=(owner1, Owner()), recs=(), inflight=(),
-                      crashes=crashes, takeovers=takeovers, duplicates=duplicates,
-                      inputs_sent=(0,) * runs)]
+        return [initial_world(self.ctx, *self._budgets)]
 
     def actions(self, state: Hashable) -> Iterable[tuple[str, Hashable]]:
         assert isinstance(state, World)
@@ -154,19 +144,10 @@ class ReferenceModel:
         return INVARIANTS
 
     def canonical(self, state: Hashable) -> Hashable:
-        """Runs and owners are not interchangeable (their ids are in the facts), but one
-        reduction is exact: a fenced writer with no start→dispatch section in progress
-        behaves as one that already got OwnershipLostError — every command it can try is
-        refused before anything else — unless the variant disables fencing."""
+        """``_moves.canonical`` (a fenced idle writer is an OwnershipLostError'd one) —
+        unless the variant disables fencing."""
         assert isinstance(state, World)
-        if "no_epoch_check" in self.ctx.bugs:
-            return state
-        for o, owner in enumerate(state.owners):
-            if (owner.alive and owner.epoch < state.store.epoch and owner.phase == "drive"
-                    and not owner.section):
-                state = state.with_owner(o, Owner(epoch=owner.epoch, alive=True,
-                                                  phase="fenced"))
-        return state
+        return state if "no_epoch_check" in self.ctx.bugs else canonical(state)
 
     def describe(self, state: Hashable) -> dict[str, Any]:
         assert isinstance(state, World)
@@ -202,14 +183,10 @@ def _commit(c: Commit) -> str:
     return f"{cid} e{c.epoch} {origin}: " + "; ".join(_fact(f) for f in c.facts)
 
 
-def describe(w: World) -> dict[str, Any]:
-    """A JSON-able summary of a world state, for traces."""
+def describe_environment(w: World) -> dict[str, Any]:
+    """The environment part of :func:`describe`: owners, executor, Outcomes in flight,
+    budgets and ghosts (whatever the store)."""
     return {
-        "epoch": w.store.epoch,
-        "runs": [{"status": s.status, "current": _step(s.current), "pending": list(s.pending),
-                  "model_steps": s.model_steps, "position": w.store.position(r)}
-                 for r, s in enumerate(w.store.runs)],
-        "log": [_commit(c) for c in w.store.log],
         "owners": {OWNERS[o]: {"epoch": x.epoch, "alive": x.alive, "phase": x.phase,
                                "views": list(x.views),
                                "section": name(x.section) if x.section else ""}
@@ -221,6 +198,18 @@ def describe(w: World) -> dict[str, Any]:
         "budget": {"crashes": w.crashes, "takeovers": w.takeovers,
                    "duplicates": w.duplicates},
         "ghosts": list(w.ghosts),
+    }
+
+
+def describe(w: World) -> dict[str, Any]:
+    """A JSON-able summary of a world state, for traces."""
+    return {
+        "epoch": w.store.epoch,
+        "runs": [{"status": s.status, "current": _step(s.current), "pending": list(s.pending),
+                  "model_steps": s.model_steps, "position": w.store.position(r)}
+                 for r, s in enumerate(w.store.runs)],
+        "log": [_commit(c) for c in w.store.log],
+        **describe_environment(w),
     }
 
 

@@ -5,9 +5,12 @@ wrapper of one of them.
 
 * ``evaluate`` — ``protocol.evaluate_commit`` (decide and evolve run inside it);
 * ``plan`` — ``protocol.plan_next`` (what the loop does next);
-* the store's and the shell's own steps: the epoch fence (``check_epoch``), the epoch
-  bump on open (``bump_epoch``), what a replay does to the projection
-  (``reapply_replays``) and which effect a delivered Outcome settles (``settle_running``).
+* the store's own steps: the epoch fence (``check_epoch``) and what a replay does to the
+  projection (``reapply_replays``);
+* ``shell_bugs``: defects of the shell, which the environment (``runx_spec._moves``, the
+  one definition of the moves both models share) switches on by name — the epoch bump on
+  open (``shared_epoch``) and which effect a delivered Outcome settles
+  (``settle_foreign_effect``).
 
 ``CORRECT`` is the implementation as shipped. Every entry of :data:`VARIANTS` breaks
 exactly one thing, by wrapping a real function (never by patching a module): the wrapped
@@ -61,9 +64,8 @@ class Impl:
     evaluate: Evaluate = evaluate_commit
     plan: Plan = plan_next
     check_epoch: bool = True
-    bump_epoch: bool = True
     reapply_replays: bool = False
-    settle_running: bool = False
+    shell_bugs: frozenset[str] = frozenset()
 
 
 CORRECT = Impl()
@@ -206,8 +208,9 @@ _IMPLS: dict[str, Impl] = {
     "replay_redecides": Impl("replay_redecides", evaluate=_evaluate_without_replay),
     "replay_reapplies": Impl("replay_reapplies", reapply_replays=True),
     "no_epoch_check": Impl("no_epoch_check", check_epoch=False),
-    "shared_epoch": Impl("shared_epoch", bump_epoch=False),
-    "settle_foreign_effect": Impl("settle_foreign_effect", settle_running=True),
+    "shared_epoch": Impl("shared_epoch", shell_bugs=frozenset({"shared_epoch"})),
+    "settle_foreign_effect": Impl("settle_foreign_effect",
+                                  shell_bugs=frozenset({"settle_foreign_effect"})),
     "run_ended_while_executing": Impl("run_ended_while_executing",
                                       evaluate=_evaluate_cancel_leaving_executing),
     "late_outcome_written": Impl("late_outcome_written", evaluate=_evaluate_late_outcome),

@@ -8,9 +8,10 @@ hashable value; the evaluation itself is the real ``evaluate_commit`` (or a deli
 broken wrapper of it, see ``_core_impl``). Facts are real facts and snapshots hold real
 ``MachineState`` values.
 
-Besides the facts, each :class:`CoreCommit` keeps the same ghost data as the reference's
-``Commit`` (the writer's epoch, the persisted epoch at the append, who wrote it and the
-position it was planned from), which the reference's invariants read.
+The log's groups are the reference's ``Commit`` values holding real facts: besides the
+facts, each keeps the reference's ghost data (the writer's epoch, the persisted epoch at
+the append, who wrote it and the position it was planned from), which the reference's
+invariants read and the environment's moves use.
 """
 
 from __future__ import annotations
@@ -39,11 +40,12 @@ from ...protocol.errors import (
 )
 from ...protocol.state import MachineState
 from ...protocol.values import AgentInput, NewRun, RunStatus
+from . import _core_spec as spec
 
 if TYPE_CHECKING:
     from ._core_impl import Impl
 
-__all__ = ["CoreCommit", "CoreStore", "CoreView", "run_id", "run_index", "initial_store",
+__all__ = ["CoreStore", "CoreView", "run_id", "run_index", "initial_store",
            "commit", "evaluate_and_append", "ACCEPTED", "ALREADY", "OK"]
 
 ACCEPTED, ALREADY = "accepted", "already_applied"
@@ -63,19 +65,6 @@ def run_index(rid: str) -> int | None:
 
 
 @attrs.frozen(cache_hash=True)
-class CoreCommit:
-    """One atomic append (spec §4.8) with the reference's ghost fields."""
-
-    cid: str
-    run: int
-    facts: tuple[F.Fact, ...]
-    epoch: int
-    store_epoch: int
-    origin: str
-    base: int = -1
-
-
-@attrs.frozen(cache_hash=True)
 class CoreStore:
     """One scope: epoch, commit log, Run streams and the machine projection.
 
@@ -86,7 +75,7 @@ class CoreStore:
     """
 
     epoch: int
-    log: tuple[CoreCommit, ...]
+    log: tuple[Any, ...]  # runx_spec's Commit values, with real facts
     streams: tuple[tuple[F.Fact, ...], ...]
     proj: tuple[Snapshot, ...]
     cids: frozenset[str]
@@ -107,7 +96,7 @@ class CoreStore:
                 return snap
         raise KeyError(f"run-{r} was never at position {position}")
 
-    def append(self, c: CoreCommit, snap: Snapshot) -> CoreStore:
+    def append(self, c: Any, snap: Snapshot) -> CoreStore:
         r = c.run
         return CoreStore(
             self.epoch, (*self.log, c),
@@ -136,7 +125,7 @@ def initial_store(runs: int, inputs: tuple[AgentInput, ...], epoch: int = 1) -> 
         group = create_group(NewRun(run_id(r)), inputs)
         snap = Snapshot(fold_run(group, run_id=run_id(r)), len(group) - 1)
         snaps.append(snap)
-        c = CoreCommit(f"create:{run_id(r)}", r, group, epoch, epoch, "create")
+        c = spec.state.Commit(f"create:{run_id(r)}", r, group, epoch, epoch, "create")
         store = CoreStore(store.epoch, (*store.log, c), _put(store.streams, r, group), (),
                           store.cids | {c.cid}, _put(store.loads, r, (snap,)))
     return attrs.evolve(store, proj=tuple(snaps))
@@ -226,7 +215,7 @@ def evaluate_and_append(impl: Impl, store: CoreStore, r: int, cid: str, command:
             store = _reapply(store, r, decision.facts)
         return store, ALREADY, ""
     assert isinstance(decision, Append)
-    c = CoreCommit(cid, r, tuple(decision.facts), epoch, store.epoch, origin, base)
+    c = spec.state.Commit(cid, r, tuple(decision.facts), epoch, store.epoch, origin, base)
     return store.append(c, decision.snapshot), ACCEPTED, ""
 
 

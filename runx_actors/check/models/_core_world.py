@@ -1,12 +1,10 @@
-"""The core model's world and its abstraction to the reference's world.
+"""The core model's refinement mapping onto the reference's values, and its own checks.
 
-A :class:`CoreWorld` is the reference's ``World`` with the store replaced by a
-:class:`~._core_store.CoreStore` (real facts, real ``MachineState`` snapshots). The
+A core world is the reference's ``World`` (``runx_spec._state``) whose ``store`` is a
+:class:`~._core_store.CoreStore` (real facts, real ``MachineState`` snapshots); the
 environment parts — owners, the executor's records, Outcomes in flight, the fault budgets,
-the user's inputs and the ghosts transitions leave behind — are the reference's, with the
-same fields (``Owner`` and ``Rec`` are declared again here so that the core model does not
-break while the reference's internals change; the reference's invariants read them by
-attribute).
+the user's inputs and the ghosts — are the reference's own values, moved by the
+reference's own ``_moves``.
 
 :func:`abstract_world` maps a core world onto a reference world fact by fact and state by
 state (a refinement mapping): each real fact becomes the reference's abstract ``Fact``
@@ -14,15 +12,13 @@ state (a refinement mapping): each real fact becomes the reference's abstract ``
 ``RunState``. The reference's invariants then run on the image unchanged; in particular
 its INV-40 compares the reference's fold of the abstracted log with the abstracted real
 projection, so any disagreement between the real ``evolve`` and the reference's meaning
-of a fact is a violation.
+of a fact is a violation. The environment reads the image too (``CoreSemantics.image``).
 """
 
 from __future__ import annotations
 
 import functools
 from typing import Any
-
-import attrs
 
 from ...protocol import facts as F
 from ...protocol.commit import fold_run
@@ -45,94 +41,8 @@ from ...protocol.values import (
 from . import _core_spec as spec
 from ._core_store import CoreStore
 
-__all__ = ["Owner", "Rec", "CoreWorld", "replace", "abstract_fact", "abstract_state",
-           "abstract_store", "abstract_world", "record_report", "state_report", "IMAGE_CACHE"]
-
-
-def replace(obj: Any, **changes: Any) -> Any:
-    """``attrs.evolve`` for the hot path (positional rebuild, no validators here)."""
-    cls = obj.__class__
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(a.name for a in attrs.fields(cls))
-    return cls(*[changes[n] if n in changes else getattr(obj, n) for n in names])
-
-
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-@attrs.frozen(cache_hash=True)
-class Owner:
-    """A runtime process and what it holds in memory (the reference's ``Owner``).
-
-    ``phase`` — "down", "reconcile" (opened the scope, recovering before it drives),
-    "drive", or "fenced" (it got OwnershipLostError and stopped for good). ``section`` —
-    the EffectID of the shielded start→dispatch section in progress; ``offers`` — dispatch
-    offers of it refused retryable so far; ``aborting`` — targets its reconciler found
-    ``missing`` and is about to abort; ``views`` — only with ``stale_reads``: per Run, the
-    RunPosition of the snapshot its loop loaded last.
-    """
-
-    epoch: int = 0
-    alive: bool = False
-    phase: str = "down"
-    section: str = ""
-    offers: int = 0
-    aborting: tuple[str, ...] = ()
-    views: tuple[int, ...] = ()
-
-
-@attrs.frozen(cache_hash=True)
-class Rec:
-    """The executor's execution record of one AssignmentKey (the reference's ``Rec``).
-
-    status: "running" | "orphaned" | "settled" | "acked" | "aborted"; ``accepts`` counts
-    executions begun by a dispatch, ``restarts`` those begun by adoption; ``durable``
-    (ghost): the start fact was in the log when the first dispatch was accepted.
-    """
-
-    effect: str
-    status: str
-    accepts: int = 0
-    restarts: int = 0
-    outcome: str = ""
-    durable: bool = True
-
-
-@attrs.frozen(cache_hash=True)
-class CoreWorld:
-    """The reference's ``World`` over a real store (see the module doc)."""
-
-    store: CoreStore
-    owners: tuple[Owner, ...]
-    recs: tuple[Rec, ...]  # sorted by effect
-    inflight: tuple[tuple[str, str], ...]  # duplicated Outcomes on their way (sorted)
-    crashes: int
-    takeovers: int
-    duplicates: int
-    inputs_sent: tuple[int, ...]
-    ghosts: tuple[str, ...] = ()
-
-    def rec(self, effect: str) -> Rec | None:
-        for rec in self.recs:
-            if rec.effect == effect:
-                return rec
-        return None
-
-    def with_rec(self, rec: Rec) -> CoreWorld:
-        recs = tuple(sorted((*(x for x in self.recs if x.effect != rec.effect), rec),
-                            key=lambda x: x.effect))
-        result: CoreWorld = replace(self, recs=recs)
-        return result
-
-    def with_owner(self, o: int, owner: Owner) -> CoreWorld:
-        owners = tuple(owner if i == o else x for i, x in enumerate(self.owners))
-        result: CoreWorld = replace(self, owners=owners)
-        return result
-
-    def with_ghost(self, ghost: str) -> CoreWorld:
-        result: CoreWorld = replace(self, ghosts=(*self.ghosts, ghost))
-        return result
+__all__ = ["abstract_fact", "abstract_state", "abstract_store", "abstract_world",
+           "record_report", "state_report", "IMAGE_CACHE"]
 
 
 # --------------------------------------------------------------------------- abstraction
@@ -241,9 +151,8 @@ def abstract_state(state: MachineState) -> Any:
 @functools.lru_cache(maxsize=1 << 15)
 def abstract_store(store: CoreStore) -> Any:
     """The reference's ``Store`` for a core store (log, streams, projection, index)."""
-    Commit = spec.state.Commit
-    log = tuple(Commit(c.cid, c.run, tuple(abstract_fact(f) for f in c.facts), c.epoch,
-                       c.store_epoch, c.origin, c.base) for c in store.log)
+    replace = spec.state.replace
+    log = tuple(replace(c, facts=tuple(abstract_fact(f) for f in c.facts)) for c in store.log)
     streams = tuple(tuple(abstract_fact(f) for f in s) for s in store.streams)
     runs = tuple(abstract_state(snap.state) for snap in store.proj)
     return spec.state.Store(store.epoch, log, streams, runs, store.cids)
@@ -253,17 +162,14 @@ def abstract_store(store: CoreStore) -> Any:
 IMAGE_CACHE: list[Any] = [None, None]
 
 
-def abstract_world(w: CoreWorld) -> Any:
+def abstract_world(w: Any) -> Any:
     """The reference's ``World`` for a core world (same environment, abstracted store).
 
     The last image is remembered by identity: the checker evaluates all invariants of one
     state in a row."""
     if IMAGE_CACHE[0] is w:
         return IMAGE_CACHE[1]
-    image = spec.state.World(store=abstract_store(w.store), owners=w.owners, recs=w.recs,
-                             inflight=w.inflight, crashes=w.crashes, takeovers=w.takeovers,
-                             duplicates=w.duplicates, inputs_sent=w.inputs_sent,
-                             ghosts=w.ghosts)
+    image = spec.state.replace(w, store=abstract_store(w.store))
     IMAGE_CACHE[0], IMAGE_CACHE[1] = w, image
     return image
 

@@ -1,15 +1,14 @@
 """The ``core`` model: the real ``runx_actors.protocol`` driven through the reference's
 environment, so the shipped code itself is model-checked (architecture §7).
 
-Shared with the reference (``spec/runx_spec``): the environment — two owner processes, an
-executor with execution records, a user, crash-and-restart, worker crashes, takeovers,
-lost / duplicated / late Outcomes, dispatch accepted / retryable / unknown — with the
-same labels, the same default bounds (``ReferenceConfig``) and the same exact reduction
-(``canonical``); the readable names and EffectID registry; and the invariant table, which
-runs on the image of each core state under :func:`~._core_world.abstract_world`. The
-reference's move functions call its own ``commit`` directly, so the environment code is
-mirrored in ``_core_moves`` rather than imported; tests compare both models' state graphs
-and labels so that a drift fails.
+Shared with the reference (``spec/runx_spec``): the environment itself —
+``runx_spec._moves``, the one definition of the moves: two owner processes, an executor
+with execution records, a user, crash-and-restart, worker crashes, takeovers, lost /
+duplicated / late Outcomes, dispatch accepted / retryable / unknown — parameterised by a
+Run semantics, here the real core's (``_core_semantics``); the same default bounds
+(``ReferenceConfig``) and the same exact reduction (``canonical``); the readable names and
+EffectID registry; and the invariant table, which runs on the image of each core state
+under :func:`~._core_world.abstract_world`.
 
 Real: every command (``_core_commands``: real ids and digests), its evaluation
 (``evaluate_commit``, hence ``decide`` and ``evolve``) on an immutable ``ScopeLog``
@@ -36,9 +35,9 @@ from ...protocol.state import ModelStep, Open, ToolStep
 from .._model import Invariant, ModelBase
 from . import _core_spec as spec
 from ._core_impl import EXPECTED, VARIANTS, impl_for
-from ._core_moves import OWNERS, CoreCtx, initial_world, moves
+from ._core_semantics import CoreSemantics
 from ._core_world import IMAGE_CACHE as _world_cache
-from ._core_world import CoreWorld, Owner, abstract_world, record_report, state_report
+from ._core_world import abstract_world, record_report, state_report
 
 __all__ = ["CoreConfig", "CoreModel", "VARIANTS", "EXPECTED", "CORE_INVARIANTS",
            "build_model", "describe"]
@@ -68,7 +67,7 @@ class CoreConfig:
 
 
 def _ghost(prefix: str) -> Callable[[Any], str | None]:
-    def check(w: CoreWorld) -> str | None:
+    def check(w: Any) -> str | None:
         return next((g for g in w.ghosts if g.startswith(prefix)), None)
     return check
 
@@ -77,7 +76,7 @@ def _on_image(check: Callable[[Any], str | None]) -> Callable[[Any], str | None]
     """A reference invariant evaluated on the image of a core state."""
     last = _world_cache
 
-    def on_image(w: CoreWorld) -> str | None:
+    def on_image(w: Any) -> str | None:
         return check(last[1] if last[0] is w else abstract_world(w))
     return on_image
 
@@ -111,11 +110,12 @@ class CoreModel(ModelBase):
         self.config = config
         self.variant = variant
         self.impl = impl_for(variant)
-        self.ctx = CoreCtx(runs=get("runs"), calls=get("calls"), inputs=get("inputs"),
-                           max_prepares=get("max_prepares"), approvals=bool(get("approvals")),
-                           malformed=bool(get("malformed")), failures=bool(get("failures")),
-                           cancel=bool(get("cancel")), stale_reads=bool(get("stale_reads")),
-                           impl=self.impl)
+        self.ctx = spec.moves.Ctx(
+            runs=get("runs"), calls=get("calls"), inputs=get("inputs"),
+            max_prepares=get("max_prepares"), approvals=bool(get("approvals")),
+            malformed=bool(get("malformed")), failures=bool(get("failures")),
+            cancel=bool(get("cancel")), stale_reads=bool(get("stale_reads")),
+            bugs=self.impl.shell_bugs, sem=CoreSemantics(self.impl))
         self._budgets = (get("crashes"), get("takeovers"), get("duplicates"))
         self.name = "core" + (f"[{variant}]" if variant else "")
         self._invariants = (
@@ -125,32 +125,27 @@ class CoreModel(ModelBase):
         )
 
     def initial_states(self) -> Iterable[Hashable]:
-        return [initial_world(self.ctx, *self._budgets)]
+        return [spec.moves.initial_world(self.ctx, *self._budgets)]
 
     def actions(self, state: Hashable) -> Iterable[tuple[str, Hashable]]:
-        assert isinstance(state, CoreWorld)
-        return list(moves(self.ctx, state))
+        assert isinstance(state, spec.state.World)
+        return list(spec.moves.moves(self.ctx, state))
 
     def invariants(self) -> Sequence[Invariant]:
         return self._invariants
 
     def canonical(self, state: Hashable) -> Hashable:
-        """The reference's one exact reduction: a fenced writer still in ``drive`` with no
-        start→dispatch section behaves as one that already got OwnershipLostError (every
-        command it can try is refused before anything else, the store checking the epoch
-        first) — unless the implementation does not fence."""
-        assert isinstance(state, CoreWorld)
+        """The reference's one exact reduction (``runx_spec._moves.canonical``: a fenced
+        idle writer is an OwnershipLostError'd one) — unless the implementation does not
+        fence."""
         if not self.impl.check_epoch:
             return state
-        for o, owner in enumerate(state.owners):
-            if (owner.alive and owner.epoch < state.store.epoch and owner.phase == "drive"
-                    and not owner.section):
-                state = state.with_owner(o, Owner(epoch=owner.epoch, alive=True,
-                                                  phase="fenced"))
-        return state
+        assert isinstance(state, spec.state.World)
+        reduced: Hashable = spec.moves.canonical(state)
+        return reduced
 
     def describe(self, state: Any) -> dict[str, Any]:
-        assert isinstance(state, CoreWorld)
+        assert isinstance(state, spec.state.World)
         return describe(state)
 
 
@@ -188,7 +183,7 @@ def _origin(origin: str) -> str:
     return origin
 
 
-def describe(w: CoreWorld) -> dict[str, Any]:
+def describe(w: Any) -> dict[str, Any]:
     """A JSON-able summary of a core world: the reference's fields with real values, plus
     ``last_commit`` (the newest group, so a text trace shows what each step appended)."""
     store = w.store
@@ -201,17 +196,7 @@ def describe(w: CoreWorld) -> dict[str, Any]:
                   "model_steps": snap.state.model_steps, "position": snap.position}
                  for snap in store.proj],
         "last_commit": log[-1],
-        "owners": {OWNERS[o]: {"epoch": x.epoch, "alive": x.alive, "phase": x.phase,
-                               "views": list(x.views),
-                               "section": name(x.section) if x.section else ""}
-                   for o, x in enumerate(w.owners)},
-        "executor": {name(r.effect): {"status": r.status, "accepts": r.accepts,
-                                      "restarts": r.restarts, "outcome": r.outcome}
-                     for r in w.recs},
-        "inflight": [f"{name(e)}:{out}" for e, out in w.inflight],
-        "budget": {"crashes": w.crashes, "takeovers": w.takeovers,
-                   "duplicates": w.duplicates},
-        "ghosts": list(w.ghosts),
+        **spec.reference.describe_environment(w),
         "log": log,
     }
 
