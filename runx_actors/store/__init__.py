@@ -4,7 +4,9 @@ store, the embedded SQLite store and the PostgreSQL store.
 The names below load their module on first use, so importing one store (or only
 ``runx_actors.store.base``) does not import the others' drivers::
 
-    from runx_actors.store import MemoryStore, open_sqlite_store
+    from runx_actors.store import MemoryStore, open_sqlite_store, open_postgres_store
+
+(``open_postgres_store`` needs the ``postgres`` extra: psycopg 3 and psycopg-pool.)
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ _LAZY = {
     "MemoryStore": "runx_actors.store.memory",
     "open_sqlite_store": "runx_actors.store.sqlite",
     "SqliteStore": "runx_actors.store.sqlite",
+    "open_postgres_store": "runx_actors.store.postgres",
 }
 
 __all__ = list(_LAZY)

@@ -45,10 +45,18 @@ __all__ = [
 ]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     if request.param == "memory":
         yield memory_store_factory
+        return
+    if request.param == "postgres":
+        # a fresh, empty PostgreSQL schema per store (see tests/store/conftest.py); the
+        # fixture skips (or, with CI set, fails) when PostgreSQL is unavailable
+        new_schema = request.getfixturevalue("postgres_schema")
+        from runx_actors.store.postgres import open_postgres_store
+
+        yield lambda: open_postgres_store(new_schema())
         return
     counter = itertools.count()
     yield lambda: open_sqlite_store(tmp_path / f"store-{next(counter)}.db")

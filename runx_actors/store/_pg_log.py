@@ -1,0 +1,341 @@
+"""Synchronous reads and appends of the PostgreSQL log (spec §4.7, §4.8; RUN-CMT-2).
+
+Plain functions over a psycopg connection, the PostgreSQL twins of ``_sqlite_log``: the
+group transaction calls them between ``BEGIN`` and ``COMMIT``, readers call them from
+worker threads. None opens or ends a transaction. Rows that do not decode raise
+``CorruptRecordError`` naming the scope, Run (or stream) and position.
+
+Backend-neutral pieces are not duplicated: rows are decoded by ``_sqlite_log._decode_rows``
+and the projection cache uses ``_sqlite_log.encode_state`` / ``decode_state`` (they take
+plain Python values, not a connection). Only the SQL differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from ..protocol._evolve import evolve
+from ..protocol.canonical import read_envelope
+from ..protocol.commit import Snapshot, fold_run
+from ..protocol.errors import (
+    CorruptRecordError,
+    EvolveError,
+    FrozenValueMissingError,
+    OwnershipLostError,
+    ProjectionDivergenceError,
+    RunNotFoundError,
+    ValidationError,
+)
+from ..protocol.facts import Fact
+from ..protocol.state import MachineState, Open
+from ..protocol.values import Digest, RunID, RunStatus, Scope
+from ._scope import integral_ints
+from ._sqlite_log import _decode_rows, decode_state, encode_state
+from .base import StreamRecord, run_stream
+
+__all__ = [
+    "Conn", "read_epoch", "lock_epoch", "fenced", "bump_epoch", "run_facts", "record",
+    "stream_exists", "commit_exists", "commit_run_facts", "insert_commit", "insert_events",
+    "insert_run", "advance_run", "stream_head", "write_cache", "read_cache",
+    "rebuild_projection", "frozen_put", "frozen_get", "read_stream",
+]
+
+Conn = psycopg.Connection[Any]
+
+
+# -- epochs ----------------------------------------------------------------------------
+
+
+def read_epoch(conn: Conn, scope: Scope) -> int:
+    """The persisted epoch of *scope* (0 if it was never opened)."""
+    row = conn.execute("SELECT epoch FROM scopes WHERE scope = %s", (scope,)).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def lock_epoch(conn: Conn, scope: Scope) -> int:
+    """Lock *scope*'s row until the transaction ends and return its epoch (0: no row).
+
+    ``FOR UPDATE`` waits for a concurrent ``open`` (which bumps the row) or another
+    writer's group to finish, then reads the newest committed epoch, so no other
+    transaction can move the epoch between this read and the append (RUN-CMT-6).
+    """
+    row = conn.execute(
+        "SELECT epoch FROM scopes WHERE scope = %s FOR UPDATE", (scope,)
+    ).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def fenced(scope: Scope, epoch: int, current: int) -> OwnershipLostError:
+    """The OwnershipLostError of a writer at *epoch* when *current* is persisted."""
+    return OwnershipLostError(
+        f"scope {scope!r} is owned by epoch {current}, not {epoch}",
+        scope=scope, epoch=epoch, current_epoch=current,
+    )
+
+
+def bump_epoch(conn: Conn, scope: Scope) -> int:
+    """Increment *scope*'s persisted epoch (locking its row) and return the new value."""
+    row = conn.execute(
+        "INSERT INTO scopes (scope, epoch) VALUES (%s, 1) "
+        "ON CONFLICT (scope) DO UPDATE SET epoch = scopes.epoch + 1 RETURNING epoch",
+        (scope,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+# -- Run streams -----------------------------------------------------------------------
+
+
+def run_facts(
+    conn: Conn, scope: Scope, run_id: RunID, *, start: int = 0, stop: int | None = None,
+) -> tuple[Fact, ...]:
+    """The Run's facts at positions ``start`` … ``stop - 1`` (all from *start* by default).
+
+    Raises:
+        RunNotFoundError: *start* is 0 and the Run has no stream.
+        CorruptRecordError: a row does not decode, or a position is missing.
+    """
+    sql = "SELECT idx, type, data FROM events WHERE scope = %s AND stream = %s AND idx >= %s"
+    params: tuple[Any, ...] = (scope, run_stream(run_id), start)
+    if stop is not None:
+        sql += " AND idx < %s"
+        params += (stop,)
+    rows = conn.execute(sql + " ORDER BY idx", params).fetchall()
+    if not rows and start == 0:
+        raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+    return _decode_rows(scope, run_id, rows, start)
+
+
+def record(conn: Conn, scope: Scope, run_id: RunID) -> Snapshot:
+    """Fold the Run's whole stream (the authoritative read, RUN-CMT-2).
+
+    Raises: RunNotFoundError, CorruptRecordError, CorruptLogError.
+    """
+    facts = run_facts(conn, scope, run_id)
+    return Snapshot(fold_run(facts, run_id=run_id), len(facts) - 1)
+
+
+def stream_exists(conn: Conn, scope: Scope, run_id: RunID) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM runs WHERE scope = %s AND run_id = %s", (scope, run_id)
+    ).fetchone()
+    return row is not None
+
+
+def commit_exists(conn: Conn, scope: Scope, commit_id: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM commits WHERE scope = %s AND commit_id = %s", (scope, commit_id)
+    ).fetchone()
+    return row is not None
+
+
+def commit_run_facts(
+    conn: Conn, scope: Scope, commit_id: str, run_id: RunID
+) -> tuple[Fact, ...] | None:
+    """The facts *commit_id* appended to *run_id*'s stream, or None if the id is unknown."""
+    row = conn.execute(
+        "SELECT run_id, first_idx, count FROM commits WHERE scope = %s AND commit_id = %s",
+        (scope, commit_id),
+    ).fetchone()
+    if row is None:
+        return None
+    owner, first, count = row
+    if owner != run_id or count == 0:
+        return ()
+    facts = run_facts(conn, scope, run_id, start=first, stop=first + count)
+    if len(facts) != count:
+        raise CorruptRecordError(
+            f"commit {commit_id!r} of run {run_id!r} lost events", scope=scope,
+            run_id=run_id, position=first + len(facts), type="",
+        )
+    return facts
+
+
+# -- appends ---------------------------------------------------------------------------
+
+
+def insert_commit(
+    conn: Conn, scope: Scope, commit_id: str, epoch: int, run_id: RunID | None = None,
+    first_idx: int = 0, count: int = 0,
+) -> int:
+    """Append a commit record; returns its log sequence number."""
+    row = conn.execute(
+        "INSERT INTO commits (scope, commit_id, epoch, run_id, first_idx, count) "
+        "VALUES (%s, %s, %s, %s, %s, %s) RETURNING seq",
+        (scope, commit_id, epoch, run_id, first_idx, count),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def insert_events(
+    conn: Conn, scope: Scope, seq: int, events: Sequence[tuple[str, int, str, bytes]],
+) -> None:
+    """Insert ``(stream, idx, type, data)`` rows of commit *seq* (a duplicate key fails)."""
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO events (scope, stream, idx, type, data, commit_seq) "
+            "VALUES (%s, %s, %s, %s, %s, %s)",
+            [(scope, stream, idx, type_, data, seq) for stream, idx, type_, data in events],
+        )
+
+
+def stream_head(conn: Conn, scope: Scope, stream: str) -> int:
+    """The index of the newest event of *stream* (-1 if the stream is empty)."""
+    row = conn.execute(
+        "SELECT MAX(idx) FROM events WHERE scope = %s AND stream = %s", (scope, stream)
+    ).fetchone()
+    return -1 if row is None or row[0] is None else int(row[0])
+
+
+def insert_run(conn: Conn, scope: Scope, run_id: RunID, snap: Snapshot) -> None:
+    conn.execute(
+        "INSERT INTO runs (scope, run_id, head, active) VALUES (%s, %s, %s, %s)",
+        (scope, run_id, snap.position, snap.state.status is RunStatus.ACTIVE),
+    )
+
+
+def advance_run(conn: Conn, scope: Scope, run_id: RunID, old: int, snap: Snapshot) -> None:
+    """Move the Run's head from *old* to ``snap.position``.
+
+    Raises:
+        ProjectionDivergenceError: the stored head is not *old* (the writer's projection
+            does not reflect the log); the caller's savepoint is rolled back.
+    """
+    cur = conn.execute(
+        "UPDATE runs SET head = %s, active = %s "
+        "WHERE scope = %s AND run_id = %s AND head = %s",
+        (snap.position, snap.state.status is RunStatus.ACTIVE, scope, run_id, old),
+    )
+    if cur.rowcount != 1:
+        raise ProjectionDivergenceError(
+            f"run {run_id!r}: the log head is not the projection's position {old}",
+            run_id=run_id, scope=scope, position=old,
+        )
+
+
+# -- the projection cache --------------------------------------------------------------
+
+
+def write_cache(
+    conn: Conn, scope: Scope, run_id: RunID, snap: Snapshot, *, was_open: bool = False,
+) -> None:
+    """Keep the durable cache (RUN-CMT-2): drop the entry when the Run ended, write it when
+    the Run *arrives* at Open; nothing mid-step, nothing for an input accepted at Open."""
+    if snap.state.status is not RunStatus.ACTIVE:
+        conn.execute(
+            "DELETE FROM projection_cache WHERE scope = %s AND run_id = %s", (scope, run_id)
+        )
+    elif isinstance(snap.state.current, Open) and not was_open:
+        conn.execute(
+            "INSERT INTO projection_cache (scope, run_id, position, state) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT (scope, run_id) DO UPDATE SET "
+            "position = excluded.position, state = excluded.state",
+            (scope, run_id, snap.position, encode_state(snap.state)),
+        )
+
+
+def read_cache(conn: Conn, scope: Scope) -> dict[RunID, Snapshot]:
+    """Every decodable entry of *scope*'s durable projection cache."""
+    out: dict[RunID, Snapshot] = {}
+    for run_id, position, data in conn.execute(
+        "SELECT run_id, position, state FROM projection_cache WHERE scope = %s", (scope,)
+    ):
+        state = decode_state(data)
+        if state is not None:
+            out[run_id] = Snapshot(state, position)
+    return out
+
+
+def rebuild_projection(conn: Conn, scope: Scope) -> dict[RunID, Snapshot]:
+    """The active Runs' snapshots: cache entry plus the log tail, else a full fold.
+
+    A cache entry that does not decode or does not fold with its tail is ignored.
+
+    Raises: CorruptRecordError, CorruptLogError.
+    """
+    rows = conn.execute(
+        "SELECT r.run_id, r.head, c.position, c.state FROM runs AS r "
+        "LEFT JOIN projection_cache AS c ON c.scope = r.scope AND c.run_id = r.run_id "
+        "WHERE r.scope = %s AND r.active",
+        (scope,),
+    ).fetchall()
+    out: dict[RunID, Snapshot] = {}
+    for run_id, head, cached_position, cached_data in rows:
+        state = None
+        if cached_data is not None and cached_position <= head:
+            state = _from_cache(conn, scope, run_id, head, cached_position, cached_data)
+        if state is None:
+            facts = run_facts(conn, scope, run_id)
+            if len(facts) - 1 != head:
+                raise CorruptRecordError(
+                    f"run {run_id!r} in scope {scope!r}: head {head} but "
+                    f"{len(facts)} events", scope=scope, run_id=run_id, position=head, type="",
+                )
+            state = fold_run(facts, run_id=run_id)
+        if state.status is RunStatus.ACTIVE:
+            out[run_id] = Snapshot(state, head)
+    return out
+
+
+def _from_cache(
+    conn: Conn, scope: Scope, run_id: RunID, head: int, position: int, data: Any,
+) -> MachineState | None:
+    state = decode_state(data)
+    if state is None or state.run_id != run_id:
+        return None
+    tail = run_facts(conn, scope, run_id, start=position + 1)
+    if len(tail) != head - position:
+        return None
+    try:
+        for fact in tail:
+            state = evolve(state, fact)
+    except EvolveError:
+        return None
+    return state
+
+
+# -- frozen bodies and foreign streams -------------------------------------------------
+
+
+def frozen_put(conn: Conn, digest: Digest, data: bytes) -> None:
+    """Insert a body; an existing digest is left as it is (idempotent)."""
+    conn.execute(
+        "INSERT INTO frozen (digest, data) VALUES (%s, %s) ON CONFLICT (digest) DO NOTHING",
+        (digest, bytes(data)),
+    )
+
+
+def frozen_get(conn: Conn, digest: Digest) -> bytes:
+    """Raises FrozenValueMissingError if absent."""
+    row = conn.execute("SELECT data FROM frozen WHERE digest = %s", (digest,)).fetchone()
+    if row is None:
+        raise FrozenValueMissingError(f"no frozen body {digest}", digest=digest)
+    return bytes(row[0])
+
+
+def read_stream(conn: Conn, scope: Scope, stream: str) -> tuple[StreamRecord, ...]:
+    """Every event of *stream* in order with its payload decoded (foreign or Run stream).
+
+    Raises:
+        CorruptRecordError: an event does not decode (names the stream and index).
+    """
+    rows = conn.execute(
+        "SELECT e.idx, e.type, e.data, c.commit_id, c.epoch FROM events e "
+        "JOIN commits c ON c.seq = e.commit_seq "
+        "WHERE e.scope = %s AND e.stream = %s ORDER BY e.idx", (scope, stream)).fetchall()
+    out = []
+    for idx, type_, data, commit_id, epoch in rows:
+        try:
+            _, payload = read_envelope(bytes(data), record=type_)
+        except ValidationError as exc:
+            raise CorruptRecordError(f"event {stream}#{idx} does not decode",
+                                     scope=scope, stream=stream, position=idx,
+                                     type=type_) from exc
+        out.append(StreamRecord(stream, idx, type_, integral_ints(payload), commit_id,
+                                int(epoch)))
+    return tuple(out)

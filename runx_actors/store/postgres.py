@@ -1,0 +1,482 @@
+"""The PostgreSQL run store: many runtimes on many hosts, one database (architecture §4).
+
+``async with open_postgres_store(dsn) as store:`` opens a ``psycopg_pool.ConnectionPool``
+to *dsn*, creates the tables in the connection's current schema if it is empty (or checks
+their version), and closes the pool on exit. The store has the same surface as the SQLite
+store (:mod:`runx_actors.store.sqlite`): ``await store.open(scope)`` bumps the scope's
+epoch and returns a :class:`PostgresWriter`; ``await store.reader(scope)`` returns a
+:class:`PostgresReader`; ``store.frozen`` is the FrozenStore. Install the ``postgres``
+extra (``pip install 'runx-actors[postgres]'``: psycopg 3 and psycopg-pool).
+
+Threads: every database call runs psycopg's synchronous API in a trio worker thread
+(``trio.to_thread.run_sync``) on a pooled connection; at most *max_size* at once. Nothing
+blocks the trio thread.
+
+Group commit: each writer queues its commits; one flush at a time per writer takes every
+queued job and runs them in ONE transaction, each job in its own savepoint (a refused job
+writes nothing, the others commit). Writers of different scopes flush in parallel on
+different connections. See ``_pg_writer``.
+
+Durability: ``synchronous_commit = on`` on every connection; a caller is answered only
+after the transaction holding its commit returned from ``COMMIT``.
+
+Ownership (RUN-CMT-6, INV-28): the epoch lives in the ``scopes`` table. ``open`` bumps it;
+every group transaction first locks the scope's row (``SELECT … FOR UPDATE``) and compares
+the writer's epoch with the persisted one, so a writer superseded by any other store
+instance — another pool, process or host — gets ``OwnershipLostError`` and writes nothing.
+
+Cancellation of writes: a write is queued without a checkpoint in between, so a
+cancellation that arrives first leaves nothing queued. Once queued, the write is carried
+out whether or not the caller keeps waiting: a caller cancelled while waiting gets
+``Cancelled`` and does not learn the result (which may be ACCEPTED). Callers that must
+know — settlements — wait inside a shielded scope, or repeat the same command id, which
+replays. A psycopg error from a write means the outcome is unknown (the server may have
+committed before the connection died): replay once with the same command id; the writer
+refolds the Runs of the failed group from the log first, so the replay answers
+ALREADY_APPLIED with the original facts or applies the command now.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import attrs
+import trio
+from psycopg_pool import ConnectionPool
+
+from ..protocol.canonical import decode_frozen
+from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot
+from ..protocol.digests import model_request_from_json
+from ..protocol.errors import ProjectionDivergenceError, ValidationError
+from ..protocol.facts import Fact
+from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
+from . import _pg_log as log
+from ._freeze import bodies_of
+from ._pg_schema import ensure_schema, make_pool
+from ._pg_writer import (
+    AppendJob,
+    CommitJob,
+    CreateJob,
+    GroupResult,
+    Hooks,
+    Job,
+    PgWriterState,
+    open_scope,
+    run_group,
+)
+from ._scope import check_frozen
+from .base import ForeignEvent, StreamRecord
+
+__all__ = [
+    "open_postgres_store", "PostgresStore", "PostgresWriter", "PostgresReader",
+    "PostgresRunStore", "PostgresFrozenStore", "PostgresStatistics",
+]
+
+T = TypeVar("T")
+
+
+@attrs.frozen
+class PostgresStatistics:
+    """A snapshot of the store's group-commit counters (style §2.5).
+
+    ``transactions`` counts committed group transactions, ``jobs`` the jobs they carried
+    (accepted or refused), ``accepted`` the jobs that appended, ``largest_group`` the most
+    jobs in one transaction, ``failed_transactions`` the groups whose transaction failed
+    (outcome unknown), ``queued`` the jobs waiting right now.
+    """
+
+    transactions: int
+    jobs: int
+    accepted: int
+    largest_group: int
+    failed_transactions: int
+    queued: int
+
+
+class PostgresFrozenStore:
+    """FrozenStore in the ``frozen`` table, shared by every scope (RUN-WIR-4)."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+
+    async def put(self, digest: Digest, data: bytes) -> None:
+        """Store *data* under *digest* durably; idempotent. Checkpoint.
+
+        Raises:
+            ValidationError: ``sha256(data)`` is not *digest* (nothing written).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        check_frozen(digest, data)
+        await self._store._call(log.frozen_put, digest, bytes(data))
+
+    async def get(self, digest: Digest) -> bytes:
+        """The stored bytes. Checkpoint. Raises FrozenValueMissingError if absent."""
+        return await self._store._call(log.frozen_get, digest)
+
+
+class PostgresStore:
+    """A SessionStore in one PostgreSQL schema. Obtain it from :func:`open_postgres_store`."""
+
+    def __init__(self, pool: ConnectionPool, nursery: trio.Nursery, *, max_size: int,
+                 max_group: int) -> None:
+        self._pool = pool
+        self._nursery = nursery
+        self._limiter = trio.CapacityLimiter(max_size)
+        self._max_group = max_group
+        self._frozen = PostgresFrozenStore(self)
+        self._live: dict[Scope, PgWriterState] = {}
+        self._hooks = Hooks()
+        self._closed = False
+        self._flushes = 0
+        self._idle = trio.Event()
+        self._idle.set()
+        self._writers: list[PgWriterState] = []
+        self._transactions = self._jobs = self._accepted = self._largest = self._failed = 0
+
+    @property
+    def frozen(self) -> PostgresFrozenStore:
+        return self._frozen
+
+    @property
+    def pool(self) -> ConnectionPool:
+        """The connection pool (owned by the store; for diagnostics)."""
+        return self._pool
+
+    def statistics(self) -> PostgresStatistics:
+        """Counters of the group transactions (see :class:`PostgresStatistics`)."""
+        return PostgresStatistics(
+            transactions=self._transactions, jobs=self._jobs, accepted=self._accepted,
+            largest_group=self._largest, failed_transactions=self._failed,
+            queued=sum(len(ws.pending) for ws in self._writers),
+        )
+
+    def set_before_commit_hook(self, hook: Callable[[], None] | None) -> None:
+        """Test hook run in the worker thread right before each group's ``COMMIT``."""
+        self._hooks.before_commit = hook
+
+    def set_after_commit_hook(self, hook: Callable[[], None] | None) -> None:
+        """Test hook run in the worker thread right after each group's ``COMMIT``; an
+        exception from it stands for a response lost after the server committed."""
+        self._hooks.after_commit = hook
+
+    # -- calls into worker threads ---------------------------------------------------
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(conn, *args)`` on a pooled connection in a worker thread. Checkpoint.
+
+        Cancellation: while waiting for a thread nothing has run; once running, the call
+        completes, its result is returned and the cancellation is delivered at the
+        caller's next checkpoint.
+        """
+        if self._closed:
+            raise trio.ClosedResourceError("the store is closed")
+        return await trio.to_thread.run_sync(self._with_conn, fn, args, limiter=self._limiter)
+
+    def _with_conn(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        with self._pool.connection() as conn:
+            return fn(conn, *args)
+
+    async def _submit(self, ws: PgWriterState, job: Job[T]) -> T:
+        """Queue *job* in *ws*'s group and wait for its answer. Checkpoint.
+
+        Cancellation: see the module docstring (queued means it will be carried out).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._closed:
+            raise trio.ClosedResourceError("the store is closed")
+        ws.pending.append(job)
+        if not ws.flushing:
+            ws.flushing = True
+            if self._flushes == 0:
+                self._idle = trio.Event()
+            self._flushes += 1
+            self._nursery.start_soon(self._flush, ws)
+        await job.done.wait()
+        return job.outcome()
+
+    async def _flush(self, ws: PgWriterState) -> None:
+        """Run *ws*'s queued jobs group by group until its queue is empty (shielded)."""
+        with trio.CancelScope(shield=True):
+            try:
+                while ws.pending:
+                    batch = ws.pending[: self._max_group]
+                    del ws.pending[: self._max_group]
+                    await self._run_batch(ws, batch)
+            finally:
+                ws.flushing = False
+                self._flushes -= 1
+                if self._flushes == 0:
+                    self._idle.set()
+
+    async def _run_batch(self, ws: PgWriterState, batch: list[Job[Any]]) -> None:
+        suspect = frozenset(ws.suspect)
+        try:
+            result: GroupResult = await trio.to_thread.run_sync(
+                run_group, self._pool, ws.scope, ws.epoch, ws.projection.active, suspect,
+                batch, self._hooks, limiter=self._limiter,
+            )
+        except BaseException as exc:
+            # Unknown outcome: nothing is published; the group's Runs are refolded from
+            # the log by the writer's next group. Refused jobs keep their own refusal.
+            self._failed += 1
+            ws.suspect.update(job.run_id for job in batch if job.run_id is not None)
+            for job in batch:
+                if job.error is None:
+                    job.result = None
+                    job.error = _copy_error(exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            # Durable: publish to the projection, then answer.
+            ws.apply(result.changes)
+            ws.suspect.difference_update(result.refreshed)
+            self._transactions += 1
+            self._jobs += len(batch)
+            self._accepted += result.accepted
+            self._largest = max(self._largest, len(batch))
+        finally:
+            for job in batch:
+                job.done.set()
+
+    # -- the SessionStore port -------------------------------------------------------
+
+    async def open(self, scope: Scope) -> PostgresWriter:
+        """Bump *scope*'s persisted epoch and return its writer (RUN-CMT-6). Checkpoint.
+
+        The projection is rebuilt from the durable cache plus the log tail, in the same
+        transaction as the bump. Every earlier writer of the scope, in this store or any
+        other store instance on the same database, is fenced from now on.
+
+        Cancellation: before the thread starts nothing happens; once it runs the bump is
+        carried out even if the caller is cancelled (earlier writers are then fenced and
+        the new writer is simply not returned).
+
+        Raises: ValidationError (empty scope), CorruptRecordError, CorruptLogError, or a
+        psycopg error (unknown outcome: opening again is always safe).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if not scope:
+            raise ValidationError("scope must be non-empty")
+        if self._closed:
+            raise trio.ClosedResourceError("the store is closed")
+        epoch, projection = await trio.to_thread.run_sync(
+            open_scope, self._pool, scope, limiter=self._limiter
+        )
+        ws = PgWriterState(scope, epoch, projection)
+        self._live[scope] = ws
+        self._writers = [w for w in self._writers if w.pending or w.flushing] + [ws]
+        return PostgresWriter(self, ws)
+
+    async def reader(self, scope: Scope) -> PostgresReader:
+        """A reader of *scope*; needs no ownership. Checkpoint."""
+        await trio.lowlevel.checkpoint()
+        return PostgresReader(self, scope)
+
+    async def cached_projection(self, scope: Scope) -> dict[RunID, Snapshot]:
+        """The durable projection cache of *scope* (for tests and diagnostics)."""
+        return await self._call(log.read_cache, scope)
+
+    async def scope_epoch(self, scope: Scope) -> int:
+        """The persisted epoch of *scope* (0 if never opened). Checkpoint."""
+        return await self._call(log.read_epoch, scope)
+
+    async def aclose(self) -> None:
+        """Finish the queued groups, then close the pool. Checkpoint. Idempotent.
+
+        Runs shielded: cancellation is delivered afterwards.
+        """
+        with trio.CancelScope(shield=True):
+            if not self._closed:
+                self._closed = True
+                await self._idle.wait()
+                await trio.to_thread.run_sync(self._pool.close)
+            await trio.lowlevel.checkpoint()
+
+
+def _copy_error(exc: BaseException) -> BaseException:
+    """A copy of *exc* for one more waiting caller (each task raises its own object)."""
+    try:
+        return copy.copy(exc)
+    except Exception:  # pragma: no cover - an exception type that cannot be copied
+        return exc
+
+
+@asynccontextmanager
+async def open_postgres_store(
+    dsn: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 8,
+    max_group: int = 512,
+    timeout: float = 30.0,
+) -> AsyncIterator[PostgresStore]:
+    """Open the PostgreSQL store at *dsn* (a libpq connection string or URI) for the block.
+
+    Opens a pool of *min_size* … *max_size* connections (every database call of the store
+    uses one, in a worker thread; *max_size* also bounds concurrent calls), creates the
+    schema if the current schema is empty, and on exit finishes the queued groups and
+    closes the pool. *max_group* bounds how many jobs of one writer share a transaction;
+    *timeout* (seconds) bounds waiting for the pool to open and for a free connection.
+
+    Raises:
+        ValidationError: a size is not positive or ``min_size > max_size``.
+        SchemaVersionError: the schema holds an unknown version or is not a store.
+        psycopg_pool.PoolTimeout: the database could not be reached within *timeout*.
+    """
+    if min_size < 1 or max_size < min_size or max_group < 1 or timeout <= 0:
+        raise ValidationError("need 1 <= min_size <= max_size, max_group >= 1, timeout > 0")
+    pool = make_pool(dsn, min_size=min_size, max_size=max_size, timeout=timeout)
+    await trio.to_thread.run_sync(_open_pool, pool, timeout)
+    async with trio.open_nursery() as nursery:
+        store = PostgresStore(pool, nursery, max_size=max_size, max_group=max_group)
+        try:
+            yield store
+        finally:
+            await store.aclose()
+
+
+def _open_pool(pool: ConnectionPool, timeout: float) -> None:
+    try:
+        pool.open(wait=True, timeout=timeout)
+        with pool.connection() as conn:
+            ensure_schema(conn)
+    except BaseException:
+        pool.close()
+        raise
+
+
+class PostgresReader:
+    """Reads of one scope; need no ownership (§4.5)."""
+
+    def __init__(self, store: PostgresStore, scope: Scope) -> None:
+        self._store = store
+        self.scope = scope
+
+    async def record(self, run_id: RunID) -> Snapshot:
+        """Fold the Run's log: the authoritative read (RUN-CMT-2). Checkpoint.
+
+        Raises:
+            RunNotFoundError: no such Run in this scope.
+            ProjectionDivergenceError: the Run is active, the projection of this store's
+                current writer of the scope is at the same head, and the states differ.
+            CorruptRecordError: a stored row does not decode (names Run and position).
+        """
+        snap = await self._store._call(log.record, self.scope, run_id)
+        live = self._store._live.get(self.scope)
+        if live is not None:
+            cur = live.get(run_id)
+            if cur is not None and cur.position == snap.position and cur.state != snap.state:
+                raise ProjectionDivergenceError(
+                    f"record of {run_id} differs from the projection", run_id=run_id,
+                    record=snap, projection=cur,
+                )
+        return snap
+
+    async def run_facts(self, run_id: RunID) -> tuple[Fact, ...]:
+        """Every fact of the Run, decoded strictly. Checkpoint.
+
+        Raises: RunNotFoundError, CorruptRecordError.
+        """
+        return await self._store._call(log.run_facts, self.scope, run_id)
+
+    async def read_stream(self, stream: str) -> tuple[StreamRecord, ...]:
+        """Every event of *stream*, payloads decoded; () for an unknown stream.
+
+        Raises: CorruptRecordError.
+        """
+        return await self._store._call(log.read_stream, self.scope, stream)
+
+
+class PostgresWriter(PostgresReader):
+    """The single writer of a scope at one epoch (obtained from ``PostgresStore.open``)."""
+
+    def __init__(self, store: PostgresStore, ws: PgWriterState) -> None:
+        super().__init__(store, ws.scope)
+        self.epoch = ws.epoch
+        self._ws = ws
+        self._run_store = PostgresRunStore(self)
+
+    def run_store(self) -> PostgresRunStore:
+        return self._run_store
+
+    def projection(self) -> dict[RunID, Snapshot]:
+        """A copy of the active Runs' snapshots (not a checkpoint)."""
+        return self._ws.copy()
+
+    def active_runs(self) -> tuple[RunID, ...]:
+        return tuple(self._ws.copy())
+
+    async def create_run(
+        self,
+        new_run: NewRun,
+        inputs: Sequence[AgentInput] = (),
+        *,
+        commit_id: str,
+        extra_events: Sequence[ForeignEvent] = (),
+    ) -> CommitResult:
+        """Create a Run plus *extra_events* in one commit (RUN-NEW-1, D-8). Checkpoint.
+
+        Cancellation: see the module docstring.
+        Raises: OwnershipLostError (nothing written), RunExistsError, ValidationError.
+        """
+        return await self._store._submit(
+            self._ws, CreateJob(new_run, inputs, commit_id, extra_events)
+        )
+
+    async def append_events(self, commit_id: str, events: Sequence[ForeignEvent]) -> CommitStatus:
+        """Append foreign events under *commit_id* (§4.8). Checkpoint.
+
+        Raises: OwnershipLostError (nothing written), ValidationError (``run/`` streams,
+        ``twilight/run/`` types, no events, empty commit id).
+        """
+        return await self._store._submit(self._ws, AppendJob(commit_id, events))
+
+    async def commit(self, request: CommitRequest) -> CommitResult:
+        return await self._run_store.commit(request)
+
+    async def aclose(self) -> None:
+        """Nothing to release (the store owns the connections). Checkpoint."""
+        await trio.lowlevel.checkpoint()
+
+
+class PostgresRunStore:
+    """RunStore bound to a PostgresWriter (RUN-CMT-1)."""
+
+    def __init__(self, writer: PostgresWriter) -> None:
+        self._writer = writer
+
+    @property
+    def scope(self) -> Scope:
+        return self._writer.scope
+
+    async def load(self, run_id: RunID) -> Snapshot:
+        """The projection's snapshot, or the ended snapshot folded from the log.
+
+        Checkpoint. Raises RunNotFoundError, CorruptRecordError.
+        """
+        snap = self._writer._ws.get(run_id)
+        if snap is not None:
+            await trio.lowlevel.checkpoint()
+            return snap
+        return await self._writer._store._call(log.record, self.scope, run_id)
+
+    async def commit(self, request: CommitRequest) -> CommitResult:
+        """Freeze bodies (§4.2), then evaluate and append in a group transaction (§4.3).
+
+        Checkpoint. The bodies are stored in the same transaction, before the facts.
+        Cancellation: see the module docstring — once queued, the commit is carried out.
+        Raises: OwnershipLostError (fenced; nothing written), RunNotFoundError,
+        RunTerminalError, CommandConflictError, StaleRuntimeError, or a psycopg error when
+        the transaction failed (unknown outcome: replay once).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        bodies = bodies_of(request.envelope.command)
+        return await self._writer._store._submit(self._writer._ws, CommitJob(request, bodies))
+
+    async def frozen_request(self, digest: Digest) -> ModelRequest:
+        """The frozen model request. Checkpoint. Raises FrozenValueMissingError."""
+        data = await self._writer._store.frozen.get(digest)
+        return model_request_from_json(decode_frozen("model_request", digest, data))
