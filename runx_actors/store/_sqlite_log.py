@@ -8,6 +8,7 @@ naming the scope, Run and position.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -27,17 +28,17 @@ from ..protocol.errors import (
     ValidationError,
 )
 from ..protocol.facts import EVENT_TYPE_PREFIX, Fact
-from ..protocol.state import MachineState, Open
+from ..protocol.state import MachineState
 from ..protocol.values import Digest, RunID, RunStatus, Scope
 from ._scope import integral_ints
 from .base import StreamRecord, run_stream
 
 __all__ = [
-    "read_epoch", "check_epoch", "require_epoch", "bump_epoch", "run_facts", "record",
-    "stream_exists", "commit_exists", "commit_run_facts", "insert_commit", "insert_events",
-    "insert_run",
-    "advance_run", "stream_head", "write_cache", "read_cache", "rebuild_projection",
-    "frozen_put", "frozen_get", "encode_state", "decode_state",
+    "read_epoch", "read_epoch_and_seq", "max_seq", "check_epoch", "require_epoch",
+    "bump_epoch", "run_facts", "record", "stream_exists", "lookup_commits", "existing_runs",
+    "commit_facts", "insert_commits", "insert_events", "insert_runs", "advance_runs",
+    "stream_head", "put_cache", "delete_cache", "read_cache", "rebuild_projection",
+    "frozen_put", "frozen_put_many", "frozen_get", "encode_state", "decode_state",
 ]
 
 
@@ -48,6 +49,21 @@ def read_epoch(conn: sqlite3.Connection, scope: Scope) -> int:
     """The persisted epoch of *scope* (0 if it was never opened)."""
     row = conn.execute("SELECT epoch FROM scopes WHERE scope = ?", (scope,)).fetchone()
     return int(row[0]) if row is not None else 0
+
+
+def read_epoch_and_seq(conn: sqlite3.Connection, scope: Scope) -> tuple[int, int]:
+    """*scope*'s persisted epoch and the newest commit sequence number, in one statement."""
+    row = conn.execute(
+        "SELECT (SELECT epoch FROM scopes WHERE scope = ?), (SELECT MAX(seq) FROM commits)",
+        (scope,),
+    ).fetchone()
+    return int(row[0] or 0), int(row[1] or 0)
+
+
+def max_seq(conn: sqlite3.Connection) -> int:
+    """The newest commit sequence number (0 for an empty log)."""
+    row = conn.execute("SELECT MAX(seq) FROM commits").fetchone()
+    return int(row[0] or 0)
 
 
 def check_epoch(conn: sqlite3.Connection, scope: Scope, epoch: int) -> None:
@@ -150,23 +166,71 @@ def stream_exists(conn: sqlite3.Connection, scope: Scope, run_id: RunID) -> bool
     return row is not None
 
 
-def commit_exists(conn: sqlite3.Connection, scope: Scope, commit_id: str) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM commits WHERE scope = ? AND commit_id = ?", (scope, commit_id)
-    ).fetchone()
-    return row is not None
+#: Rows per multi-row statement. One statement per chunk: sqlite3 releases the GIL once
+#: per ``sqlite3_step``, so one multi-row statement costs one hand-off where
+#: ``executemany`` costs one per row. Each distinct row count is one cached statement.
+MAX_ROWS = 64
 
 
-def commit_run_facts(
-    conn: sqlite3.Connection, scope: Scope, commit_id: str, run_id: RunID
-) -> tuple[Fact, ...] | None:
-    """The facts *commit_id* appended to *run_id*'s stream, or None if the id is unknown."""
-    row = conn.execute(
-        "SELECT run_id, first_idx, count FROM commits WHERE scope = ? AND commit_id = ?",
-        (scope, commit_id),
-    ).fetchone()
-    if row is None:
-        return None
+@functools.lru_cache(maxsize=4096)
+def _sql(head: str, width: int, n: int, tail: str) -> str:
+    row = "(" + ",".join("?" * width) + ")"
+    return head + ",".join([row] * n) + tail
+
+
+def _rows(
+    conn: sqlite3.Connection, head: str, width: int, rows: Sequence[Sequence[Any]],
+    tail: str = "",
+) -> int:
+    """``head VALUES (…), (…) tail`` over *rows* in chunks; returns the rows changed."""
+    changed = 0
+    for i in range(0, len(rows), MAX_ROWS):
+        chunk = rows[i:i + MAX_ROWS]
+        cur = conn.execute(_sql(head, width, len(chunk), tail),
+                           [value for row in chunk for value in row])
+        changed += cur.rowcount
+    return changed
+
+
+def _in(
+    conn: sqlite3.Connection, head: str, scope: Scope, keys: Sequence[str]
+) -> list[Any]:
+    """``head (?, ?, …)`` over *keys* in chunks (*head* ends with ``IN``); one key is
+    compared with ``=`` (no ephemeral IN-list)."""
+    if len(keys) == 1:
+        return conn.execute(head[:-2] + "= ?", (scope, keys[0])).fetchall()
+    out: list[Any] = []
+    for i in range(0, len(keys), MAX_ROWS):
+        chunk = keys[i:i + MAX_ROWS]
+        sql = head + " (" + ",".join("?" * len(chunk)) + ")"
+        out += conn.execute(sql, (scope, *chunk)).fetchall()
+    return out
+
+
+#: A commit-id index entry: the Run it appended to (None for foreign-only commits), the
+#: position of its first Run fact and how many Run facts it appended.
+CommitRow = tuple[RunID | None, int, int]
+
+
+def lookup_commits(
+    conn: sqlite3.Connection, scope: Scope, commit_ids: Sequence[str]
+) -> dict[str, CommitRow]:
+    """The index entries of those *commit_ids* that *scope* knows."""
+    rows = _in(conn, "SELECT commit_id, run_id, first_idx, count FROM commits "
+                     "WHERE scope = ? AND commit_id IN", scope, commit_ids)
+    return {cid: (run_id, first, count) for cid, run_id, first, count in rows}
+
+
+def existing_runs(conn: sqlite3.Connection, scope: Scope, run_ids: Sequence[RunID]) -> set[RunID]:
+    """Those of *run_ids* that have a stream in *scope* (active or ended)."""
+    rows = _in(conn, "SELECT run_id FROM runs WHERE scope = ? AND run_id IN", scope, run_ids)
+    return {row[0] for row in rows}
+
+
+def commit_facts(
+    conn: sqlite3.Connection, scope: Scope, commit_id: str, run_id: RunID, row: CommitRow
+) -> tuple[Fact, ...]:
+    """The facts the commit of index entry *row* appended to *run_id*'s stream."""
     owner, first, count = row
     if owner != run_id or count == 0:
         return ()
@@ -179,34 +243,27 @@ def commit_run_facts(
     return facts
 
 
-# -- appends ---------------------------------------------------------------------------
+# -- appends (multi-row; the writer thread assigns ``seq``) -----------------------------
 
 
-def insert_commit(
-    conn: sqlite3.Connection, scope: Scope, commit_id: str, epoch: int,
-    run_id: RunID | None = None, first_idx: int = 0, count: int = 0,
-) -> int:
-    """Append a commit record; returns its log sequence number."""
-    cur = conn.execute(
-        "INSERT INTO commits (scope, commit_id, epoch, run_id, first_idx, count) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        (scope, commit_id, epoch, run_id, first_idx, count),
-    )
-    seq = cur.lastrowid
-    assert seq is not None
-    return seq
+def insert_commits(
+    conn: sqlite3.Connection,
+    rows: Sequence[tuple[int, Scope, str, int, RunID | None, int, int]],
+) -> None:
+    """Insert ``(seq, scope, commit_id, epoch, run_id, first_idx, count)`` rows.
+
+    ``seq`` is the next free rowid, as SQLite would assign it; a known id fails
+    (``UNIQUE``)."""
+    _rows(conn, "INSERT INTO commits (seq, scope, commit_id, epoch, run_id, first_idx, count) "
+                "VALUES ", 7, rows)
 
 
 def insert_events(
-    conn: sqlite3.Connection, scope: Scope, seq: int,
-    events: Sequence[tuple[str, int, str, bytes]],
+    conn: sqlite3.Connection, rows: Sequence[tuple[Scope, str, int, str, bytes, int]]
 ) -> None:
-    """Insert ``(stream, idx, type, data)`` rows of commit *seq* (a duplicate key fails)."""
-    conn.executemany(
-        "INSERT INTO events (scope, stream, idx, type, data, commit_seq) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        [(scope, stream, idx, type_, data, seq) for stream, idx, type_, data in events],
-    )
+    """Insert ``(scope, stream, idx, type, data, commit_seq)`` rows (a duplicate key fails)."""
+    _rows(conn, "INSERT INTO events (scope, stream, idx, type, data, commit_seq) VALUES ",
+          6, rows)
 
 
 def stream_head(conn: sqlite3.Connection, scope: Scope, stream: str) -> int:
@@ -217,29 +274,38 @@ def stream_head(conn: sqlite3.Connection, scope: Scope, stream: str) -> int:
     return -1 if row is None or row[0] is None else int(row[0])
 
 
-def insert_run(conn: sqlite3.Connection, scope: Scope, run_id: RunID, snap: Snapshot) -> None:
-    conn.execute(
-        "INSERT INTO runs (scope, run_id, head, active) VALUES (?, ?, ?, ?)",
-        (scope, run_id, snap.position, int(snap.state.status is RunStatus.ACTIVE)),
-    )
+def insert_runs(conn: sqlite3.Connection, rows: Sequence[tuple[Scope, RunID, int, int]]) -> None:
+    """Insert ``(scope, run_id, head, active)`` rows of new Runs."""
+    _rows(conn, "INSERT INTO runs (scope, run_id, head, active) VALUES ", 4, rows)
 
 
-def advance_run(
-    conn: sqlite3.Connection, scope: Scope, run_id: RunID, old: int, snap: Snapshot
+def advance_runs(
+    conn: sqlite3.Connection, rows: Sequence[tuple[Scope, RunID, int, int, int]]
 ) -> None:
-    """Move the Run's head from *old* to ``snap.position``.
+    """Move each Run's head: ``(scope, run_id, old, head, active)`` rows.
 
     Raises:
-        ProjectionDivergenceError: the stored head is not *old* (the writer's projection
-            does not reflect the log); the caller's savepoint is rolled back.
+        ProjectionDivergenceError: a stored head is not its row's *old* (the writer's
+            projection does not reflect the log); names the Run when there is one row.
     """
-    cur = conn.execute(
-        "UPDATE runs SET head = ?, active = ? WHERE scope = ? AND run_id = ? AND head = ?",
-        (snap.position, int(snap.state.status is RunStatus.ACTIVE), scope, run_id, old),
-    )
-    if cur.rowcount != 1:
+    if len(rows) == 1:  # the plain UPDATE is cheaper than UPDATE … FROM (VALUES …)
+        scope, run_id, old, head, active = rows[0]
+        changed = conn.execute(
+            "UPDATE runs SET head = ?, active = ? WHERE scope = ? AND run_id = ? AND head = ?",
+            (head, active, scope, run_id, old),
+        ).rowcount
+    else:
+        changed = _rows(
+            conn, "UPDATE runs SET head = v.column4, active = v.column5 FROM (VALUES ", 5,
+            rows, ") AS v WHERE runs.scope = v.column1 AND runs.run_id = v.column2 "
+            "AND runs.head = v.column3",
+        )
+    if changed != len(rows):
+        scope, run_id, old = rows[0][:3] if len(rows) == 1 else ("", "", -1)
         raise ProjectionDivergenceError(
-            f"run {run_id!r}: the log head is not the projection's position {old}",
+            f"run {run_id!r}: the log head is not the projection's position {old}"
+            if len(rows) == 1 else f"{len(rows) - changed} of {len(rows)} Runs: the log "
+            "head is not the projection's position",
             run_id=run_id, scope=scope, position=old,
         )
 
@@ -270,25 +336,22 @@ def decode_state(data: Any) -> MachineState | None:
         return None
 
 
-def write_cache(
-    conn: sqlite3.Connection, scope: Scope, run_id: RunID, snap: Snapshot, *,
-    was_open: bool = False,
+def put_cache(
+    conn: sqlite3.Connection, rows: Sequence[tuple[Scope, RunID, int, bytes]]
 ) -> None:
-    """Keep the durable cache (RUN-CMT-2): drop the entry when the Run ended, write it
-    when the Run *arrives* at Open (created, or a step closed); nothing in the middle of
-    a step. An input accepted while already at Open (``was_open``) writes nothing either:
-    a rebuild folds it from the log tail."""
-    if snap.state.status is not RunStatus.ACTIVE:
-        conn.execute(
-            "DELETE FROM projection_cache WHERE scope = ? AND run_id = ?", (scope, run_id)
-        )
-    elif isinstance(snap.state.current, Open) and not was_open:
-        conn.execute(
-            "INSERT INTO projection_cache (scope, run_id, position, state) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (scope, run_id) DO UPDATE SET position = excluded.position, "
-            "state = excluded.state",
-            (scope, run_id, snap.position, encode_state(snap.state)),
-        )
+    """Upsert ``(scope, run_id, position, state)`` cache entries (RUN-CMT-2: written
+    only when a Run *arrives* at Open; the writer decides which)."""
+    _rows(conn, "INSERT INTO projection_cache (scope, run_id, position, state) VALUES ", 4,
+          rows, " ON CONFLICT (scope, run_id) DO UPDATE SET position = excluded.position, "
+          "state = excluded.state")
+
+
+def delete_cache(conn: sqlite3.Connection, scope: Scope, run_ids: Sequence[RunID]) -> None:
+    """Drop the cache entries of ended Runs (a primary-key search per Run)."""
+    for i in range(0, len(run_ids), MAX_ROWS):
+        chunk = run_ids[i:i + MAX_ROWS]
+        conn.execute("DELETE FROM projection_cache WHERE scope = ? AND run_id IN ("
+                     + ",".join("?" * len(chunk)) + ")", (scope, *chunk))
 
 
 def read_cache(conn: sqlite3.Connection, scope: Scope) -> dict[RunID, Snapshot]:
@@ -363,6 +426,12 @@ def frozen_put(conn: sqlite3.Connection, digest: Digest, data: bytes) -> None:
         "INSERT INTO frozen (digest, data) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING",
         (digest, bytes(data)),
     )
+
+
+def frozen_put_many(conn: sqlite3.Connection, rows: Sequence[tuple[Digest, bytes]]) -> None:
+    """``frozen_put`` of several bodies in one statement per chunk."""
+    _rows(conn, "INSERT INTO frozen (digest, data) VALUES ", 2, rows,
+          " ON CONFLICT (digest) DO NOTHING")
 
 
 def frozen_get(conn: sqlite3.Connection, digest: Digest) -> bytes:

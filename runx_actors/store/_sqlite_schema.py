@@ -91,15 +91,18 @@ CREATE TABLE frozen (
 
 
 def connect(
-    path: str | Path, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT, readonly: bool = False
+    path: str | Path, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT, readonly: bool = False,
+    cached_statements: int = 128,
 ) -> sqlite3.Connection:
     """A connection in manual-transaction mode with the store's pragmas.
 
     ``synchronous=FULL`` on every connection; ``query_only`` for readers. The
     connection may be used from any one thread at a time (``check_same_thread=False``).
+    *cached_statements* sizes sqlite3's cache of prepared statements (keyed by SQL text).
     """
     conn = sqlite3.connect(
-        str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
+        str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False,
+        cached_statements=cached_statements,
     )
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")

@@ -46,6 +46,7 @@ from ._freeze import bodies_of
 from ._scope import check_frozen
 from ._sqlite_schema import DEFAULT_BUSY_TIMEOUT, connect, ensure_schema
 from ._sqlite_writer import (
+    WRITER_CACHED_STATEMENTS,
     AppendJob,
     CommitJob,
     CreateJob,
@@ -250,7 +251,8 @@ async def open_sqlite_store(
 
 
 def _open_writer_connection(path: str, busy_timeout: float) -> Any:
-    conn = connect(path, busy_timeout=busy_timeout)
+    conn = connect(path, busy_timeout=busy_timeout,
+                   cached_statements=WRITER_CACHED_STATEMENTS)
     try:
         ensure_schema(conn)
     except BaseException:

@@ -3,27 +3,39 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
-from runx_actors.protocol.commit import CommitRequest, CommitResult, CommitStatus, envelope
+from runx_actors.protocol.commit import (
+    CommitRequest,
+    CommitResult,
+    CommitStatus,
+    create_group,
+    envelope,
+    fold_run,
+)
 from runx_actors.protocol.errors import (
     CommandConflictError,
     CorruptRecordError,
     OwnershipLostError,
+    ProjectionDivergenceError,
+    RunExistsError,
     RunNotFoundError,
     SchemaVersionError,
     StaleRuntimeError,
 )
 from runx_actors.protocol.values import NewRun, RunStatus
+from runx_actors.store.base import ForeignEvent
 from runx_actors.store.sqlite import SqliteStore, SqliteWriter, open_sqlite_store
 from runx_actors.testing import builders as b
 from runx_actors.testing.builders import Built
@@ -432,3 +444,190 @@ async def test_our_open_fences_other_process(tmp_path: Path) -> None:
         with pytest.raises(RunNotFoundError):
             await (await store.reader(SCOPE)).record("run-b")
         assert (await _create(ours, "run-b")).status is CommitStatus.ACCEPTED
+
+
+# -- one group: the running overlay and the multi-row write ---------------------------------
+
+
+async def _one_group(store: SqliteStore, *calls: Callable[[], Awaitable[object]]
+                     ) -> list[object]:
+    """Run *calls* (in this order) as ONE group transaction; return each outcome (the
+    value or the exception). A frozen-body put holds the writer in the group before."""
+    gate = _Gate()
+    store.set_before_commit_hook(gate)
+    outcomes: list[object] = [None] * len(calls)
+
+    async def one(i: int) -> None:
+        try:
+            outcomes[i] = await calls[i]()
+        except Exception as exc:
+            outcomes[i] = exc
+
+    body = b"hold"
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.frozen.put, digest, body)
+            await gate.wait_reached()
+            before = store.statistics()
+            for i in range(len(calls)):
+                nursery.start_soon(one, i)
+                await trio.testing.wait_all_tasks_blocked()
+            store.set_before_commit_hook(None)
+            gate.release.set()
+    after = store.statistics()
+    assert after.transactions - before.transactions == 2  # the held one, then ours
+    assert after.largest_group >= len(calls)
+    return outcomes
+
+
+async def test_group_sees_a_run_created_earlier_in_the_group(tmp_path: Path) -> None:
+    """A create, a commit on the new Run, a create replay and a duplicate create, all in
+    one group: later jobs read the earlier ones' writes (nothing is in the file yet)."""
+    async with open_sqlite_store(tmp_path / "db") as store:
+        w = await store.open(SCOPE)
+        created = fold_run(create_group(NewRun("new"), [b.agent_input("in-1")]), run_id="new")
+        accept = b.accept_input(created, "in-2")
+        out = await _one_group(
+            store,
+            lambda: _create(w, "new", "in-1"),
+            lambda: _commit(w, "new", accept, base=1),
+            lambda: _create(w, "new", "in-1"),  # same commit id: replays
+            lambda: w.create_run(NewRun("new"), [], commit_id="other"),  # exists
+        )
+        first, accepted, replay, exists = out
+        assert isinstance(first, CommitResult) and first.status is CommitStatus.ACCEPTED
+        assert isinstance(accepted, CommitResult)
+        assert accepted.status is CommitStatus.ACCEPTED and accepted.snapshot.position == 2
+        assert isinstance(replay, CommitResult)
+        assert replay.status is CommitStatus.ALREADY_APPLIED
+        assert replay.facts == first.facts and replay.snapshot == accepted.snapshot
+        assert isinstance(exists, RunExistsError)
+        record = await w.record("new")
+        assert record == accepted.snapshot == w.projection()["new"]
+
+
+async def test_group_replays_a_commit_of_the_same_group(tmp_path: Path) -> None:
+    """A cancel and its duplicate in one group: the duplicate replays the first one's
+    facts and answers the ended snapshot, which is not in the file yet."""
+    async with open_sqlite_store(tmp_path / "db") as store:
+        w = await _runs(store, 1)
+        cancel = b.cancel(command_id="cancel:run-0")
+        first, second = await _one_group(
+            store, lambda: _commit(w, "run-0", cancel, base=1),
+            lambda: _commit(w, "run-0", cancel, base=1))
+        assert isinstance(first, CommitResult) and isinstance(second, CommitResult)
+        assert first.status is CommitStatus.ACCEPTED
+        assert second.status is CommitStatus.ALREADY_APPLIED
+        assert second.facts == first.facts
+        assert second.snapshot == first.snapshot
+        assert second.snapshot.state.status is RunStatus.STOPPED
+        assert "run-0" not in w.projection()
+        assert await store.cached_projection(SCOPE) == {}
+
+
+async def test_group_appends_to_one_stream_in_order(tmp_path: Path) -> None:
+    """Two appends to one foreign stream in one group get consecutive positions (the
+    stream head is read through the group's overlay); a repeated id replays."""
+    async with open_sqlite_store(tmp_path / "db") as store:
+        w = await store.open(SCOPE)
+        await w.append_events("a0", [ForeignEvent("host/x", "host/t", {"n": 0})])
+
+        def append(cid: str, n: int) -> Callable[[], Awaitable[object]]:
+            return lambda: w.append_events(cid, [ForeignEvent("host/x", "host/t", {"n": n}),
+                                                 ForeignEvent("host/y", "host/t", {"n": n})])
+
+        out = await _one_group(store, append("a1", 1), append("a2", 2), append("a1", 3))
+        assert out == [CommitStatus.ACCEPTED, CommitStatus.ACCEPTED,
+                       CommitStatus.ALREADY_APPLIED]
+        x = await w.read_stream("host/x")
+        assert [(r.index, r.payload["n"], r.commit_id) for r in x] == [
+            (0, 0, "a0"), (1, 1, "a1"), (2, 2, "a2")]
+        y = await w.read_stream("host/y")
+        assert [(r.index, r.payload["n"]) for r in y] == [(0, 1), (1, 2)]
+
+
+async def test_group_writes_rows_in_few_statements(tmp_path: Path) -> None:
+    """A group of 30 commits costs a handful of statements, not several per job."""
+    async with open_sqlite_store(tmp_path / "db") as store:
+        w = await _runs(store, 30)
+        states = {f"run-{i}": (await w.run_store().load(f"run-{i}")).state for i in range(30)}
+        statements: list[str] = []
+        store._writer._conn.set_trace_callback(statements.append)
+        try:
+            out = await _one_group(store, *[
+                functools.partial(_commit, w, run_id, b.accept_input(state, "in-2"), 1)
+                for run_id, state in states.items()])
+        finally:
+            store._writer._conn.set_trace_callback(None)
+        assert all(isinstance(r, CommitResult) and r.status is CommitStatus.ACCEPTED
+                   for r in out)
+        # the held group (BEGIN, put, COMMIT) plus ours: BEGIN, epoch, ids, commits,
+        # events, runs, COMMIT
+        assert len(statements) <= 12, statements
+        for run_id in states:
+            assert (await w.record(run_id)).position == 2
+
+
+async def test_group_write_failure_falls_back_to_one_job_at_a_time(tmp_path: Path) -> None:
+    """A Run whose stored head is not the projection's fails the group's multi-row
+    write; the group is re-run job by job and only that job is refused."""
+    path = tmp_path / "db"
+    async with open_sqlite_store(path) as store:
+        w = await _runs(store, 3)
+        states = {f"run-{i}": (await w.run_store().load(f"run-{i}")).state for i in range(3)}
+        with _raw(path) as conn:
+            conn.execute("UPDATE runs SET head = 7 WHERE run_id = 'run-1'")
+        out = await _one_group(store, *[
+            functools.partial(_commit, w, run_id, b.accept_input(state, "in-2"), 1)
+            for run_id, state in states.items()])
+        assert [type(r) for r in out] == [CommitResult, ProjectionDivergenceError,
+                                          CommitResult]
+        assert out[1].run_id == "run-1"  # type: ignore[attr-defined]
+        assert store.statistics().fallback_groups == 1
+        positions = {r: (await w.record(r)).position for r in states}
+        assert positions == {"run-0": 2, "run-1": 1, "run-2": 2}
+        assert w.projection()["run-1"].position == 1
+
+
+async def test_group_write_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More rows than one statement takes: the multi-row writes are chunked."""
+    from runx_actors.store import _sqlite_log
+
+    monkeypatch.setattr(_sqlite_log, "MAX_ROWS", 2)
+    path = tmp_path / "db"
+    async with open_sqlite_store(path) as store:
+        w = await _runs(store, 5)
+        states = {f"run-{i}": (await w.run_store().load(f"run-{i}")).state for i in range(5)}
+        calls: list[Callable[[], Awaitable[object]]] = [
+            functools.partial(_commit, w, run_id, b.accept_input(state, "in-2"), 1)
+            for run_id, state in states.items()]
+        calls += [functools.partial(_commit, w, f"run-{i}", b.cancel(command_id=f"c:{i}"), 2)
+                  for i in range(3)]
+        calls += [functools.partial(_create, w, f"new-{i}", "in-1") for i in range(5)]
+        out = await _one_group(store, *calls)
+        assert all(isinstance(r, CommitResult) and r.status is CommitStatus.ACCEPTED
+                   for r in out), out
+        expected = w.projection()
+        assert sorted(expected) == ["new-0", "new-1", "new-2", "new-3", "new-4", "run-3",
+                                    "run-4"]
+        assert sorted(await store.cached_projection(SCOPE)) == sorted(expected)
+    async with open_sqlite_store(path) as store:
+        w2 = await store.open(SCOPE)
+        assert w2.projection() == expected
+        assert (await w2.record("run-0")).position == 3
+
+
+async def test_known_frozen_body_is_not_written_again(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "db") as store:
+        body = b"body"
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        await store.frozen.put(digest, body)
+        statements: list[str] = []
+        store._writer._conn.set_trace_callback(statements.append)
+        try:
+            await store.frozen.put(digest, body)
+        finally:
+            store._writer._conn.set_trace_callback(None)
+        assert not any("frozen" in s for s in statements), statements
+        assert await store.frozen.get(digest) == body
