@@ -14,6 +14,10 @@ Printed in one invocation, so the figures are comparable:
   record for the in-flight call).
 
 Usage: ``python bench/agent_loop.py [--iterations N] [--runs N] [--idle N] [--json]``.
+``--breakdown`` adds, for the idle measurement, live trio tasks per Run and a tracemalloc
+diff (bytes per Run by owner) taken at the same moment as the RSS reading, once every task
+is blocked (so reads still in flight when the last key registered are not counted);
+tracemalloc's own bookkeeping inflates that run's RSS, so read RSS from a run without it.
 Targets live in bench/RESULTS.md; this script never asserts.
 """
 
@@ -29,9 +33,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
+from collections import Counter
 from typing import Any
 
 import trio
+import trio.testing
 from rich.console import Console
 from rich.table import Table
 
@@ -160,7 +167,61 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-async def idle_actor_rss(n: int) -> dict[str, Any]:
+def _task_counts() -> Counter[str]:
+    """Live trio tasks by name (up to the first ``:`` or space), the root task's tree."""
+    counts: Counter[str] = Counter()
+    todo = [trio.lowlevel.current_root_task()]
+    while todo:
+        task = todo.pop()
+        counts[task.name.split(":")[0].split(" ")[0]] += 1
+        todo.extend(t for nursery in task.child_nurseries for t in nursery.child_tasks)
+    return counts
+
+
+#: Owner groups of the tracemalloc breakdown: (group, path fragments of the first frame
+#: of ours found walking from the allocation outwards).
+_OWNERS = (
+    ("runtime (actor, mailbox, handle, loop)", ("/runx_actors/runtime/",)),
+    ("effect (Watcher)", ("/runx_actors/effect/",)),
+    ("executor (LocalExecutor, attempt, records)", ("/runx_actors/executors/",)),
+    ("log growth (store + protocol)", ("/runx_actors/store/", "/runx_actors/protocol/")),
+    ("bench harness (model, tool, drive tasks)", ("/bench/agent_loop.py",)),
+)
+
+
+def _breakdown(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot,
+               n: int) -> dict[str, Any]:
+    """Bytes per Run by owner: the innermost frame of runx_actors (or of this script)
+    owns an allocation; ``of which trio`` is the part allocated inside trio itself."""
+    skip = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    owners: Counter[str] = Counter()
+    trio_part: Counter[str] = Counter()
+    lines: Counter[str] = Counter()
+    for stat in after.filter_traces(skip).compare_to(before.filter_traces(skip), "traceback"):
+        frames = list(stat.traceback)  # oldest first
+        owner, where = "trio scheduler / other (no frame of ours)", ""
+        for frame in reversed(frames):
+            group = next((g for g, parts in _OWNERS
+                          if any(p in frame.filename for p in parts)), None)
+            if group is not None:
+                owner = group
+                where = f"{frame.filename.rsplit('/', 2)[-2:][-1]}:{frame.lineno}"
+                break
+        owners[owner] += stat.size_diff
+        if "/trio/" in frames[-1].filename:
+            trio_part[owner] += stat.size_diff
+        if where:
+            lines[where] += stat.size_diff
+    return {
+        "traced_bytes_per_run": round(sum(owners.values()) / n),
+        "by_owner": {k: {"bytes_per_run": round(v / n),
+                         "of_which_in_trio": round(trio_part[k] / n)}
+                     for k, v in owners.most_common()},
+        "top_lines": {k: round(v / n) for k, v in lines.most_common(20)},
+    }
+
+
+async def idle_actor_rss(n: int, breakdown: bool = False) -> dict[str, Any]:
     """RSS growth per Run whose drive waits on an in-flight tool call."""
     gate = trio.Event()
 
@@ -176,18 +237,32 @@ async def idle_actor_rss(n: int) -> dict[str, Any]:
         for i in range(n):
             await rt.create_run(f"run-{i}", ["go"])
         gc.collect()
+        extra: dict[str, Any] = {}
+        if breakdown:
+            tasks_before = _task_counts()
+            tracemalloc.start(25)
+            snap_before = tracemalloc.take_snapshot()
         before = _rss_bytes()
         async with trio.open_nursery() as nursery:
             for i in range(n):
                 nursery.start_soon(rt.drive, f"run-{i}")
             while sum(1 for s in rt.runtime.statistics() if s.keys_in_flight) < n:
                 await trio.sleep(0.01)
+            if breakdown:  # read the settled state, not reads still in flight
+                await trio.testing.wait_all_tasks_blocked()
             gc.collect()
             after = _rss_bytes()
+            if breakdown:
+                snap_after = tracemalloc.take_snapshot()
+                tracemalloc.stop()
+                tasks = _task_counts()
+                tasks.subtract(tasks_before)
+                extra["tasks_per_run"] = {k: v / n for k, v in tasks.items() if v}
+                extra["breakdown"] = _breakdown(snap_before, snap_after, n)
             live = len(rt.runtime.live_actors())
             gate.set()
     return {"runs": n, "live_actors": live, "rss_before": before, "rss_after": after,
-            "bytes_per_actor": (after - before) / n}
+            "bytes_per_actor": (after - before) / n, **extra}
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -202,7 +277,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             os.path.join(workdir, "raw.sqlite3"), 2000)
     if args.idle:
         # a fresh interpreter, so memory freed by the loops above cannot hide growth
-        out = subprocess.run([sys.executable, __file__, "--idle-only", str(args.idle)],
+        command = [sys.executable, __file__, "--idle-only", str(args.idle)]
+        out = subprocess.run(command + (["--breakdown", "--json"] if args.breakdown else []),
                              capture_output=True, text=True, check=True)
         results["idle"] = json.loads(out.stdout)
     return results
@@ -231,6 +307,22 @@ def _print(results: dict[str, Any]) -> None:
         console.print(f"waiting Run actors: {idle['runs']:,} live={idle['live_actors']:,} "
                       f"RSS +{(idle['rss_after'] - idle['rss_before']) / 2**20:.1f} MiB "
                       f"= {idle['bytes_per_actor'] / 1024:.2f} KiB per actor")
+        if "breakdown" in idle:
+            _print_breakdown(console, idle)
+
+
+def _print_breakdown(console: Console, idle: dict[str, Any]) -> None:
+    tasks = ", ".join(f"{k} {v:g}" for k, v in sorted(idle["tasks_per_run"].items()))
+    console.print(f"live trio tasks per Run: {sum(idle['tasks_per_run'].values()):g} "
+                  f"({tasks})")
+    table = Table(title="tracemalloc: bytes per waiting Run, by owner "
+                        "(RSS of this run is inflated by tracemalloc)")
+    for col in ("owner", "bytes/Run", "of which inside trio"):
+        table.add_column(col, justify="right" if col != "owner" else "left")
+    for owner, row in idle["breakdown"]["by_owner"].items():
+        table.add_row(owner, f"{row['bytes_per_run']:,}", f"{row['of_which_in_trio']:,}")
+    table.add_row("total traced", f"{idle['breakdown']['traced_bytes_per_run']:,}", "")
+    console.print(table)
 
 
 if __name__ == "__main__":
@@ -240,10 +332,17 @@ if __name__ == "__main__":
     parser.add_argument("--idle", type=int, default=10000)
     parser.add_argument("--stores", nargs="+", default=["memory", "sqlite"])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="idle measurement: also tasks per Run and a tracemalloc "
+                             "breakdown by owner (slower; inflates that run's RSS)")
     parser.add_argument("--idle-only", type=int, default=0, help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.idle_only:
-        print(json.dumps(trio.run(idle_actor_rss, ns.idle_only)))
+        idle = trio.run(idle_actor_rss, ns.idle_only, ns.breakdown)
+        if ns.json or not ns.breakdown:
+            print(json.dumps(idle))
+        else:
+            _print_breakdown(Console(), idle)
         sys.exit(0)
     out = trio.run(main, ns)
     if ns.json:

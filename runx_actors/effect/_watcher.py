@@ -5,13 +5,20 @@ executor serves every key; a notice only prompts a read. Each key is read when i
 registered, whenever a notice names it, after each (re)subscription and every ``poll``
 seconds. Non-definitive read errors never reach a registration (INV-34).
 
-Shape of the tasks: one subscription task (only when the port is a
-:class:`~runx_actors.effect.SettlementPort`) and one task per watched key, all in the
-nursery given to :class:`Watcher` (or opened by :func:`open_watcher`).
+Shape of the tasks, all in the nursery given to :class:`Watcher` (or opened by
+:func:`open_watcher`): one subscription task (only when the port is a
+:class:`~runx_actors.effect.SettlementPort`), one timer task for every key's poll, retry
+and probe deadlines, and reader tasks that exist only while keys are due to be read: a
+key that must be read (registered, named by a notice, its timer fired) joins one queue,
+and up to 16 readers drain it, each reading one key at a time, then end. A key
+that waits therefore costs no task (a small record and a timer entry), and one slow read
+delays no other key unless 16 reads are slow at once.
 """
 
 from __future__ import annotations
 
+import collections
+import heapq
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
@@ -42,6 +49,9 @@ __all__ = [
 ]
 
 _log = logging.getLogger("runx_actors.effect.watcher")
+
+#: Reader tasks a Watcher runs at most at once (reads in flight at once).
+_READERS = 16
 
 #: ``deliver(outcome)``: synchronous, must not block.
 DeliverCallback = Callable[[Outcome], None]
@@ -78,21 +88,51 @@ def _check_settings(poll: float, reconnect_pause: float, probe: float) -> None:
 
 
 class _KeyState:
-    """Per-key bookkeeping; touched only from the trio thread."""
+    """Per-key bookkeeping; touched only from the trio thread.
 
-    __slots__ = ("assignment", "key", "next_probe", "recover_requested", "registrations",
-                 "scope", "transient", "wake")
+    ``busy``: queued for a reader or being read; ``turn``: the cancel scope of the read
+    (and probe) in progress, if any; ``woken``: a notice arrived while busy (read once
+    more); ``due``: the deadline of the key's armed timer (``math.inf``: none).
+    """
+
+    __slots__ = ("assignment", "busy", "due", "key", "next_probe", "recover_requested",
+                 "registrations", "transient", "turn", "woken")
 
     def __init__(self, key: AssignmentKey, assignment: Assignment | None,
                  next_probe: float) -> None:
         self.key = key
         self.assignment = assignment
         self.registrations: list[Registration] = []
-        self.wake = trio.Event()
-        self.scope = trio.CancelScope()
+        self.busy = False
+        self.turn: trio.CancelScope | None = None
+        self.woken = False
+        self.due = math.inf
         self.transient = 0
         self.next_probe = next_probe
         self.recover_requested = False
+
+    def __lt__(self, other: _KeyState) -> bool:  # timer-heap tie-break only
+        return id(self) < id(other)
+
+
+class _Waiter:
+    """The box one :meth:`Watcher.await_outcome` call waits on."""
+
+    __slots__ = ("done", "result")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: Outcome | BaseException | None = None
+
+    def deliver(self, outcome: Outcome) -> None:
+        if self.result is None:
+            self.result = outcome
+        self.done.set()
+
+    def fail(self, _key: AssignmentKey, error: Exception) -> None:
+        if self.result is None:
+            self.result = error
+        self.done.set()
 
 
 class Registration:
@@ -159,7 +199,14 @@ class Watcher:
         self._reconnect_pause = float(reconnect_pause)
         self._probe_after = float(probe)
         self._keys: dict[AssignmentKey, _KeyState] = {}
-        self._waiters: dict[trio.Event, list[Outcome | BaseException]] = {}
+        self._waiters: set[_Waiter] = set()
+        # (deadline, key state) of every armed timer; an entry whose state no longer has
+        # that deadline (read since, dropped, finished) is stale and skipped when popped
+        self._timers: list[tuple[float, _KeyState]] = []
+        self._timers_changed = trio.Event()
+        self._timer_scope = trio.CancelScope()
+        self._due: collections.deque[_KeyState] = collections.deque()  # keys to read now
+        self._readers = 0
         self._closed = False
         self._subscribed = False
         self._epoch = ""
@@ -169,6 +216,7 @@ class Watcher:
         self._sub_scope = trio.CancelScope()
         if isinstance(port, SettlementPort):
             nursery.start_soon(self._subscribe, port, name="runx-watcher-subscription")
+        nursery.start_soon(self._run_timers, name="runx-watcher-timers")
 
     # -- public API ---------------------------------------------------------------------
 
@@ -203,7 +251,7 @@ class Watcher:
                           if self._probe_after > 0 else math.inf)
             state = _KeyState(key, assignment, next_probe)
             self._keys[key] = state
-            self._nursery.start_soon(self._watch_key, state, name=f"runx-watch {key.effect}")
+            self._start_turn(state)  # read it at once
         elif assignment is not None and state.assignment is None:
             state.assignment = assignment
         registration = Registration(self, state, deliver, fail)
@@ -221,25 +269,16 @@ class Watcher:
                 read errors (§6.7).
             trio.ClosedResourceError: the Watcher is (or became) closed.
         """
-        box: list[Outcome | BaseException] = []
-        done = trio.Event()
-
-        def deliver(outcome: Outcome) -> None:
-            box.append(outcome)
-            done.set()
-
-        def fail(_key: AssignmentKey, error: Exception) -> None:
-            box.append(error)
-            done.set()
-
-        registration = self.watch(key, deliver, fail, assignment=assignment)
-        self._waiters[done] = box
+        waiter = _Waiter()
+        registration = self.watch(key, waiter.deliver, waiter.fail, assignment=assignment)
+        self._waiters.add(waiter)
         try:
-            await done.wait()
+            await waiter.done.wait()
         finally:
-            self._waiters.pop(done, None)
+            self._waiters.discard(waiter)
             registration.cancel()
-        result = box[0]
+        result = waiter.result
+        assert result is not None
         if isinstance(result, BaseException):
             raise result
         return result
@@ -274,19 +313,24 @@ class Watcher:
             return
         self._closed = True
         self._sub_scope.cancel()
+        self._timer_scope.cancel()
+        self._timers.clear()
+        self._due.clear()
         states = list(self._keys.values())
         self._keys.clear()
         for state in states:
             for registration in state.registrations:
                 registration._active = False
             state.registrations.clear()
-            state.scope.cancel()
-        waiters = list(self._waiters.items())
+            state.due = math.inf
+            if state.turn is not None:
+                state.turn.cancel()
+        waiters = list(self._waiters)
         self._waiters.clear()
-        for done, box in waiters:
-            if not box:
-                box.append(trio.ClosedResourceError("the Watcher closed"))
-            done.set()
+        for waiter in waiters:
+            if waiter.result is None:
+                waiter.result = trio.ClosedResourceError("the Watcher closed")
+            waiter.done.set()
 
     def _drop(self, registration: Registration) -> None:
         state = registration._state
@@ -296,7 +340,9 @@ class Watcher:
             return
         if not state.registrations and self._keys.get(state.key) is state:
             del self._keys[state.key]
-            state.scope.cancel()
+            self._disarm(state)
+            if state.turn is not None:
+                state.turn.cancel()
 
     def _finish(self, state: _KeyState, result: Outcome | Exception) -> None:
         """Hand *result* to every live registration of *state*, then forget the key."""
@@ -315,9 +361,50 @@ class Watcher:
             except Exception:
                 _log.exception("watcher callback failed for %r", state.key)
 
+    def _wake(self, state: _KeyState) -> None:
+        """Read *state*'s key now (or once more, if it is queued or being read)."""
+        if state.busy:
+            state.woken = True
+        else:
+            self._start_turn(state)
+
     def _wake_all(self) -> None:
-        for state in self._keys.values():
-            state.wake.set()
+        for state in list(self._keys.values()):
+            self._wake(state)
+
+    def _start_turn(self, state: _KeyState) -> None:
+        """Queue *state*'s key for a reader (starting a reader if fewer than
+        ``_READERS`` run)."""
+        self._disarm(state)
+        state.woken = False
+        state.busy = True
+        self._due.append(state)
+        if self._readers < _READERS:
+            self._readers += 1
+            self._nursery.start_soon(self._reader, name="runx-watcher-reader")
+
+    def _disarm(self, state: _KeyState) -> None:
+        """Make *state*'s armed timer (if any) stale. If it was the earliest, the timer
+        task re-reads the heap: no task sleeps towards a deadline nobody needs (which
+        would also make an autojumping MockClock jump to it)."""
+        state.due = math.inf
+        if self._timers and self._timers[0][1] is state:
+            self._timers_changed.set()
+
+    def _live_timer(self, when: float, state: _KeyState) -> bool:
+        return state.due == when and not state.busy and self._keys.get(state.key) is state
+
+    def _arm(self, state: _KeyState, when: float) -> None:
+        """Wake *state*'s key at *when* (trio clock) unless something reads it first."""
+        state.due = when
+        timers = self._timers
+        if len(timers) > 64 and len(timers) > 2 * len(self._keys):
+            # drop stale entries so the heap stays proportional to the keys watched
+            timers[:] = [(w, s) for w, s in timers if self._live_timer(w, s)]
+            heapq.heapify(timers)
+        heapq.heappush(timers, (when, state))
+        if timers[0][1] is state:
+            self._timers_changed.set()  # a new earliest deadline
 
     def _retry_pause(self, failures: int) -> float:
         if self._reconnect_pause <= 0:
@@ -326,19 +413,56 @@ class Watcher:
 
     # -- tasks ----------------------------------------------------------------------------
 
-    async def _watch_key(self, state: _KeyState) -> None:
-        with state.scope:
+    async def _run_timers(self) -> None:
+        """The one task that waits for every key's next poll, retry or probe."""
+        timers = self._timers
+        with self._timer_scope:
             while True:
-                state.wake = trio.Event()
-                if await self._read(state):
-                    return
+                now = trio.current_time()
+                # pop what is due, and stale entries on top (never sleep towards those)
+                while timers and (timers[0][0] <= now or not self._live_timer(*timers[0])):
+                    when, state = heapq.heappop(timers)
+                    if when <= now and self._live_timer(when, state):
+                        self._start_turn(state)
+                self._timers_changed = trio.Event()
+                with trio.move_on_at(timers[0][0] if timers else math.inf):
+                    await self._timers_changed.wait()
+
+    async def _reader(self) -> None:
+        """Serve queued keys one at a time until the queue is empty, then end."""
+        try:
+            while self._due:
+                state = self._due.popleft()
+                if self._keys.get(state.key) is not state:
+                    state.busy = False
+                    continue  # dropped while queued
+                scope = state.turn = trio.CancelScope()
+                try:
+                    with scope:  # cancelled when the key is dropped meanwhile
+                        await self._turn(state)
+                finally:
+                    state.turn = None
+                    state.busy = False
+        finally:
+            self._readers -= 1
+
+    async def _turn(self, state: _KeyState) -> None:
+        """Read (and probe, when due) *state*'s key until it finishes or must wait; then
+        arm its timer."""
+        while True:
+            if trio.current_time() >= state.next_probe:
+                await self._probe(state)
+                state.next_probe = trio.current_time() + self._probe_after
+            state.woken = False
+            if await self._read(state):
+                return
+            if state.woken:
+                continue  # a notice arrived during the read: read again now
+            if self._keys.get(state.key) is state:
                 now = trio.current_time()
                 pause = self._retry_pause(state.transient) if state.transient else self._poll
-                with trio.move_on_at(min(now + pause, state.next_probe)):
-                    await state.wake.wait()
-                if trio.current_time() >= state.next_probe:
-                    await self._probe(state)
-                    state.next_probe = trio.current_time() + self._probe_after
+                self._arm(state, min(now + pause, state.next_probe))
+            return
 
     async def _read(self, state: _KeyState) -> bool:
         """Read *state*'s key once; True when the key is finished (delivered or failed)."""
@@ -400,7 +524,7 @@ class Watcher:
                                 after = max(after, notice.sequence)
                                 state = self._keys.get(notice.key)
                                 if state is not None:
-                                    state.wake.set()
+                                    self._wake(state)
                     finally:
                         self._subscribed = False
                         aclose = getattr(stream, "aclose", None)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -48,19 +49,20 @@ __all__ = ["run_model", "run_tool", "tool_output", "retryable"]
 async def run_model(model: Model, request: ModelRequest, emit: ModelEmit,
                     timeout: float | None) -> OutcomeResult:
     """Ask *model* once. Checkpoint: always (the model's own). Raises: only Cancelled."""
-    limit = trio.move_on_after(timeout) if timeout else trio.CancelScope()
+    # no timeout: no cancel scope either (a parked attempt then holds one scope fewer)
+    limit = trio.move_on_after(timeout) if timeout else None
     result: Any = None
     try:
-        with limit:
-            if isinstance(model, StreamingModel):
-                result = await model.stream(request, emit)
-            else:
-                result = await model.complete(request)
+        if limit is None:
+            result = await _ask(model, request, emit)
+        else:
+            with limit:
+                result = await _ask(model, request, emit)
     except ModelError as error:
         return ModelFailed(error.code, error.message)
     except Exception as error:
         return ModelFailed(FailureCode.EXECUTOR_ERROR, f"{type(error).__name__}: {error}")
-    if limit.cancelled_caught:
+    if limit is not None and limit.cancelled_caught:
         return ModelFailed(FailureCode.DEADLINE_EXCEEDED, f"no answer within {timeout} s")
     if not isinstance(result, ModelResult):
         return ModelFailed(FailureCode.MALFORMED_RESULT,
@@ -85,14 +87,15 @@ async def run_tool(found: Tool, assignment: Assignment, arguments: str,
         call = functools.partial(found.fn, ToolContext(assignment, emit), **values)
     else:
         call = functools.partial(found.fn, **values)
-    limit = trio.move_on_after(found.timeout) if found.timeout else trio.CancelScope()
+    # no timeout: no cancel scope either (a parked call then holds one scope fewer)
+    limit = trio.move_on_after(found.timeout) if found.timeout else None
     value: Any = None
     try:
-        with limit:
-            if found.is_async:
-                value = await call()
-            else:
-                value = await trio.to_thread.run_sync(call, abandon_on_cancel=True)
+        if limit is None:
+            value = await _call(found, call)
+        else:
+            with limit:
+                value = await _call(found, call)
     except ToolError as error:
         return ToolExecutionFailed(error.to_failure(), error.retry)
     except ToolUnknownError as error:
@@ -100,10 +103,24 @@ async def run_tool(found: Tool, assignment: Assignment, arguments: str,
     except Exception as error:  # unexpected: the effect may or may not have happened
         return ToolExecutionUnknown(ToolFailure(
             ToolFailureClass.EXECUTION_FAILED, f"{type(error).__name__}: {error}"))
-    if limit.cancelled_caught:
+    if limit is not None and limit.cancelled_caught:
         return ToolExecutionUnknown(ToolFailure(
             ToolFailureClass.TIMEOUT, f"no answer within {found.timeout} s"))
     return tool_output(value)
+
+
+def _ask(model: Model, request: ModelRequest, emit: ModelEmit) -> Awaitable[Any]:
+    """The model's answer as an awaitable (no coroutine frame of its own)."""
+    if isinstance(model, StreamingModel):
+        return model.stream(request, emit)
+    return model.complete(request)
+
+
+def _call(found: Tool, call: Callable[[], Any]) -> Awaitable[Any]:
+    """The tool call as an awaitable: async tools directly, sync ones in a thread."""
+    if found.is_async:
+        return call()  # type: ignore[no-any-return]
+    return trio.to_thread.run_sync(call, abandon_on_cancel=True)
 
 
 def tool_output(value: Any) -> OutcomeResult:

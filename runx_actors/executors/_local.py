@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from contextlib import asynccontextmanager
 
 import trio
@@ -566,7 +566,12 @@ class LocalExecutor:
         result: OutcomeResult | None = None
         try:
             with scope:
-                result = await self._attempts(record)
+                while True:  # the attempts, retries included (RUN-EXE-11)
+                    result = await self._attempt(record)
+                    if record.attempts < self._max_attempts and retryable(result):
+                        await trio.sleep(self._backoff * record.attempts)
+                        continue
+                    break
         except trio.Cancelled:  # the executor's nursery is going away: settle, re-raise
             if record.worker == worker:
                 self._settle_nowait(record, record.stop or Cancelled("executor shut down"))
@@ -580,31 +585,28 @@ class LocalExecutor:
             result = record.stop or Cancelled("cancelled")
         self._settle_nowait(record, result)
 
-    async def _attempts(self, record: Record) -> OutcomeResult:
-        while True:
-            if record.attempts > 0:  # a retry or an adoption: restart (RUN-EXE-9)
-                record.superseded.append(record.execution)
-                self._refs += 1
-                record.execution = ExecutionRef(self._provider, f"{self._epoch}/{self._refs}")
-                record.history.append("execution_restarted")
-                record.ring.restart_nowait()
-            record.attempts += 1
-            self._started += 1
-            if record.status is not ExecutionStatus.CANCEL_REQUESTED:
-                record.status = ExecutionStatus.RUNNING
-            record.history.append("execution_running")
-            body = record.assignment.body
-            if isinstance(body, ModelAssignment):
-                assert body.request is not None  # checked on acceptance
-                result = await run_model(self._models[body.model], body.request,
-                                         record.ring.emit_nowait, self._model_timeout)
-            else:
-                result = await run_tool(self._tools[body.tool_ref], record.assignment,
-                                        body.arguments, record.ring.emit_nowait)
-            if record.attempts < self._max_attempts and retryable(result):
-                await trio.sleep(self._backoff * record.attempts)
-                continue
-            return result
+    def _attempt(self, record: Record) -> Awaitable[OutcomeResult]:
+        """Begin one attempt (bookkeeping, synchronously) and return the awaitable that
+        runs it: a plain function, so a running attempt holds no coroutine frame of its
+        own below the worker's."""
+        if record.attempts > 0:  # a retry or an adoption: restart (RUN-EXE-9)
+            record.superseded += (record.execution,)
+            self._refs += 1
+            record.execution = ExecutionRef(self._provider, f"{self._epoch}/{self._refs}")
+            record.history.append("execution_restarted")
+            record.ring.restart_nowait()
+        record.attempts += 1
+        self._started += 1
+        if record.status is not ExecutionStatus.CANCEL_REQUESTED:
+            record.status = ExecutionStatus.RUNNING
+        record.history.append("execution_running")
+        body = record.assignment.body
+        if isinstance(body, ModelAssignment):
+            assert body.request is not None  # checked on acceptance
+            return run_model(self._models[body.model], body.request,
+                             record.ring.emit_nowait, self._model_timeout)
+        return run_tool(self._tools[body.tool_ref], record.assignment, body.arguments,
+                        record.ring.emit_nowait)
 
 
 def _catalog(tools: Iterable[Tool]) -> dict[ToolRef, Tool]:

@@ -61,7 +61,7 @@ class Record:
         self.outcome: Outcome | None = None
         self.acknowledged = False
         self.execution = execution
-        self.superseded: list[ExecutionRef] = []
+        self.superseded: tuple[ExecutionRef, ...] = ()
         self.scope = trio.CancelScope()
         self.stop: OutcomeResult | None = None
         self.orphaned = False

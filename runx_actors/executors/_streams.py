@@ -106,6 +106,9 @@ class ProgressRing:
     so a reader's cursor survives the ring dropping old frames.
     """
 
+    __slots__ = ("_changed", "_frames", "_size", "ended", "generation", "key", "sequence",
+                 "total")
+
     def __init__(self, key: AssignmentKey, size: int) -> None:
         if size < 1:
             raise ValueError("the progress ring size must be >= 1")
@@ -114,8 +117,12 @@ class ProgressRing:
         self.sequence = 0
         self.total = 0
         self.ended = False
-        self._frames: deque[ProgressFrame] = deque(maxlen=size)
-        self._changed = trio.Event()
+        self._size = size
+        # Created on first use: most executions emit no progress and nobody reads it, so
+        # a live record costs no frame buffer and no Event. A small list, trimmed from
+        # the front, is the bounded ring (cheaper than a deque for a handful of frames).
+        self._frames: list[ProgressFrame] | None = None
+        self._changed: trio.Event | None = None  # exists only while a reader waits
 
     def push_nowait(self, kind: ProgressKind, payload: Any = None) -> ProgressFrame | None:
         """Append a frame with JSON *payload* (``None`` → ``{}``); dropped (``None``
@@ -126,10 +133,16 @@ class ProgressRing:
         frame = ProgressFrame(key=self.key, generation=self.generation,
                               sequence=self.sequence, kind=kind,
                               payload=canonical_json_text({} if payload is None else payload))
-        self._frames.append(frame)
+        frames = self._frames
+        if frames is None:
+            frames = self._frames = []
+        frames.append(frame)
+        if len(frames) > self._size:
+            del frames[0]
         self.total += 1
-        self._changed.set()
-        self._changed = trio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
         return frame
 
     def emit_nowait(self, kind: ProgressKind, payload: Any = None) -> None:
@@ -150,13 +163,15 @@ class ProgressRing:
 
     def since(self, cursor: int) -> tuple[tuple[ProgressFrame, ...], int]:
         """Frames after absolute position *cursor* still in the ring, and the new cursor."""
-        first = self.total - len(self._frames)
+        held = self._frames or ()
+        first = self.total - len(held)
         start = max(cursor, first)
-        frames = tuple(self._frames)[start - first:]
-        return frames, self.total
+        return tuple(held[start - first:]), self.total
 
     async def changed(self) -> None:
         """Wait for the next frame."""
+        if self._changed is None:
+            self._changed = trio.Event()
         await self._changed.wait()
 
 

@@ -24,7 +24,7 @@ from ..protocol.errors import (
 )
 from ._events import Durability, Event, EventKind, EventSink, safe_emit
 from ._loop import LoopContext, count_started
-from ._mailbox import Mailbox, MailboxStatistics
+from ._mailbox import Latch, Mailbox, MailboxStatistics
 from ._results import LoopDisposition, LoopResult
 from ._settings import Settings
 
@@ -56,9 +56,13 @@ class Request:
     key: Any = None
     cancelled: bool = False  # the caller went away, or cancel_drive() was called
     by_cancel_drive: bool = False
-    done: trio.Event = attrs.Factory(trio.Event)
+    done: Latch = attrs.Factory(Latch)
     value: Any = None
     error: BaseException | None = None
+
+    def cancel_requested(self) -> bool:
+        """``LoopContext.cancel_requested``: the caller went away or cancelled."""
+        return self.cancelled
 
 
 @attrs.frozen
@@ -92,8 +96,14 @@ class ActorStatistics:
     keys_in_flight: int
 
 
+#: ``RunActor.in_flight`` while nothing is in flight (shared, never mutated).
+_NOTHING_IN_FLIGHT: dict[Any, Any] = {}
+
+
 class RunActor:
     """The single owner of one Run's loop operations inside a RunRuntime."""
+
+    __slots__ = ("driver", "in_flight", "mailbox", "operations", "run_id", "runtime")
 
     def __init__(self, runtime: RunRuntime, run_id: str, mailbox_size: int) -> None:
         self.runtime = runtime
@@ -101,7 +111,7 @@ class RunActor:
         self.mailbox = Mailbox(mailbox_size)
         self.operations = 0  # requests queued or in progress
         self.driver: Request | None = None
-        self.in_flight: dict[Any, Any] = {}
+        self.in_flight: dict[Any, Any] = _NOTHING_IN_FLIGHT
 
     def statistics(self) -> ActorStatistics:
         return ActorStatistics(self.run_id, self.mailbox.statistics(), self.operations,
@@ -148,17 +158,17 @@ class RunActor:
 
     def context(self, request: Request) -> LoopContext:
         rt = self.runtime
-
-        async def started() -> int:
-            return count_started(await rt.writer.run_facts(self.run_id))
-
         return LoopContext(
             store=rt.run_store, executor=rt.executor, run_id=self.run_id,
             settings=request.settings, sink=rt.sink_for(request.sink),
-            started_tool_calls=started, cancel_requested=lambda: request.cancelled,
+            started_tool_calls=self._started_tool_calls,
+            cancel_requested=request.cancel_requested,
             progress_sink=rt.progress_sink_for(self.run_id, request.sink),
             acknowledges=rt.acknowledges,
         )
+
+    async def _started_tool_calls(self) -> int:
+        return count_started(await self.runtime.writer.run_facts(self.run_id))
 
     async def _serve(self, request: Request) -> None:
         try:
@@ -188,13 +198,15 @@ class RunActor:
             request.done.set()
 
     def _watch(self, key: Any) -> Any:
-        def deliver(outcome: Any) -> None:
-            self.mailbox.put_internal_nowait(_OutcomeArrived(key, outcome))
+        return self.runtime.watcher.watch(key, deliver=self._outcome_arrived,
+                                          fail=self._read_failed)
 
-        def fail(failed_key: Any, error: BaseException) -> None:
-            self.mailbox.put_internal_nowait(_ReadFailed(failed_key, error))
+    def _outcome_arrived(self, outcome: Any) -> None:
+        # the Watcher hands a key only the Outcome of that very key
+        self.mailbox.put_internal_nowait(_OutcomeArrived(outcome.key, outcome))
 
-        return self.runtime.watcher.watch(key, deliver=deliver, fail=fail)
+    def _read_failed(self, failed_key: Any, error: BaseException) -> None:
+        self.mailbox.put_internal_nowait(_ReadFailed(failed_key, error))
 
     def _relay_progress(self, key: Any, ctx: LoopContext) -> trio.CancelScope | None:
         """Relay *key*'s progress frames to the drive's sink as provisional events
@@ -256,7 +268,7 @@ class RunActor:
         finally:
             for registration in pending.values():
                 registration.cancel()
-            self.in_flight = {}
+            self.in_flight = _NOTHING_IN_FLIGHT
 
     async def _serve_during_drive(self, message: Request) -> None:
         if message.kind in ("deliver", "redispatch"):
@@ -343,7 +355,7 @@ class RunActor:
                 registration.cancel()
             for relay in relays:
                 relay.cancel()
-            self.in_flight = {}
+            self.in_flight = _NOTHING_IN_FLIGHT
 
 
 async def _relay(executor: Any, key: Any, sink: EventSink, session: str,

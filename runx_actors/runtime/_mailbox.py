@@ -9,12 +9,13 @@ so one slow Run never stalls the Watcher. Internal messages are served first.
 from __future__ import annotations
 
 import collections
+from collections.abc import Awaitable
 from typing import Any
 
 import attrs
 import trio
 
-__all__ = ["Mailbox", "MailboxStatistics"]
+__all__ = ["Latch", "Mailbox", "MailboxStatistics"]
 
 
 @attrs.frozen
@@ -27,17 +28,88 @@ class MailboxStatistics:
     senders_waiting: int
 
 
+class Latch:
+    """A one-shot flag with ``trio.Event``'s ``set`` / ``is_set`` / ``wait``.
+
+    Lighter than ``trio.Event`` (no per-instance set of waiters): a parked Run keeps one
+    of these per request it waits on, usually with a single waiter.
+    """
+
+    __slots__ = ("_flag", "_waiting")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._waiting: trio.lowlevel.Task | list[trio.lowlevel.Task] | None = None
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        """Set the flag and wake every waiter (idempotent; not a checkpoint)."""
+        if self._flag:
+            return
+        self._flag = True
+        waiting, self._waiting = self._waiting, None
+        if isinstance(waiting, list):
+            for task in waiting:
+                trio.lowlevel.reschedule(task)
+        elif waiting is not None:
+            trio.lowlevel.reschedule(waiting)
+
+    def wait(self) -> Awaitable[None]:
+        """``await latch.wait()``: wait until the flag is set. Checkpoint: always.
+        Cancellation: safe.
+
+        A plain function returning the awaitable (so a parked waiter holds no extra
+        coroutine frame): the waiter is registered by the call, so await it at once.
+        """
+        if self._flag:
+            return trio.lowlevel.checkpoint()
+        task = trio.lowlevel.current_task()
+        waiting = self._waiting
+        if waiting is None:
+            self._waiting = task
+            return trio.lowlevel.wait_task_rescheduled(self._abort_only)
+        if isinstance(waiting, list):
+            waiting.append(task)
+        else:
+            self._waiting = [waiting, task]
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            joined = self._waiting
+            assert isinstance(joined, list)  # a joiner is always in the list
+            joined.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return trio.lowlevel.wait_task_rescheduled(abort)
+
+    def _abort_only(self, _: Any) -> trio.lowlevel.Abort:
+        waiting = self._waiting
+        if isinstance(waiting, list):
+            del waiting[0]  # the lone waiter stays first in the list when others join
+        else:
+            self._waiting = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+
 class Mailbox:
-    """Bounded external FIFO + unbounded internal FIFO, one receiver."""
+    """Bounded external FIFO + unbounded internal FIFO, one receiver.
+
+    Built for many parked actors: the queues exist only while they hold messages, the
+    receiver parks without a ParkingLot, and senders' ParkingLot appears only when one
+    has to wait for room.
+    """
+
+    __slots__ = ("_external", "_internal", "_receiver", "_room", "size")
 
     def __init__(self, size: int) -> None:
         if size < 1:
             raise ValueError("mailbox size must be >= 1")
         self.size = size
-        self._external: collections.deque[Any] = collections.deque()
-        self._internal: collections.deque[Any] = collections.deque()
-        self._room = trio.lowlevel.ParkingLot()
-        self._avail = trio.lowlevel.ParkingLot()
+        self._external: collections.deque[Any] | None = None
+        self._internal: collections.deque[Any] | None = None
+        self._room: trio.lowlevel.ParkingLot | None = None  # senders waiting for room
+        self._receiver: trio.lowlevel.Task | None = None  # the receiver, while parked
 
     async def put(self, message: Any) -> None:
         """Queue an external request, waiting for room.
@@ -46,48 +118,80 @@ class Mailbox:
         queued, the message stays queued (the call returns without another checkpoint).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        while len(self._external) >= self.size:
+        while self._external is not None and len(self._external) >= self.size:
+            if self._room is None:
+                self._room = trio.lowlevel.ParkingLot()
             await self._room.park()
+        if self._external is None:
+            self._external = collections.deque()
         self._external.append(message)
-        self._avail.unpark()
+        self._wake_receiver()
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     def put_internal_nowait(self, message: Any) -> None:
         """Queue an internal message; never blocks, not a checkpoint."""
+        if self._internal is None:
+            self._internal = collections.deque()
         self._internal.append(message)
-        self._avail.unpark()
+        self._wake_receiver()
 
     async def get(self) -> Any:
-        """The next message, internal ones first. Checkpoint; cancel-safe."""
+        """The next message, internal ones first. Checkpoint; cancel-safe.
+
+        Raises ``trio.BusyResourceError`` if another task is already waiting in ``get``.
+        """
         await trio.lowlevel.checkpoint_if_cancelled()
         while True:
             message = self.get_nowait()
             if message is not None:
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 return message
-            await self._avail.park()
+            if self._receiver is not None:
+                raise trio.BusyResourceError("another task is receiving from this mailbox")
+            self._receiver = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._abort_get)
+
+    def _abort_get(self, _: Any) -> trio.lowlevel.Abort:
+        self._receiver = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def _wake_receiver(self) -> None:
+        task = self._receiver
+        if task is not None:
+            self._receiver = None
+            trio.lowlevel.reschedule(task)
 
     def get_nowait(self) -> Any:
         """The next message or None; never blocks, not a checkpoint."""
-        if self._internal:
-            return self._internal.popleft()
-        if self._external:
-            message = self._external.popleft()
-            self._room.unpark()
+        internal = self._internal
+        if internal is not None:
+            message = internal.popleft()
+            if not internal:
+                self._internal = None
+            return message
+        external = self._external
+        if external is not None:
+            message = external.popleft()
+            if not external:
+                self._external = None
+            if self._room is not None:
+                self._room.unpark()
             return message
         return None
 
     def empty(self) -> bool:
-        return not self._internal and not self._external
+        return self._internal is None and self._external is None
 
     def external_empty(self) -> bool:
         """No external request is queued (internal messages are not counted)."""
-        return not self._external
+        return self._external is None
 
     def clear_internal(self) -> None:
         """Drop every queued internal message (not a checkpoint)."""
-        self._internal.clear()
+        self._internal = None
 
     def statistics(self) -> MailboxStatistics:
-        return MailboxStatistics(len(self._external), self.size, len(self._internal),
-                                 len(self._room))
+        return MailboxStatistics(
+            len(self._external) if self._external is not None else 0, self.size,
+            len(self._internal) if self._internal is not None else 0,
+            len(self._room) if self._room is not None else 0)

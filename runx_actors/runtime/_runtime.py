@@ -135,6 +135,8 @@ class RunRuntime:
 class RunHandle:
     """The address of one Run's actor. Obtain it from :meth:`RunRuntime.run`."""
 
+    __slots__ = ("_runtime", "run_id", "settings")
+
     def __init__(self, *_: Any, **__: Any) -> None:
         raise TypeError("RunHandle is obtained from RunRuntime.run()")
 
@@ -168,18 +170,20 @@ class RunHandle:
             raise
         return actor
 
-    async def _driver_op(self, kind: str, builder: Any, sink: EventSink | None) -> Any:
-        request = Request(kind, self.settings, sink=sink, builder=builder)
-        actor = await self._enqueue(request, driver=True)
-        try:
-            await request.done.wait()
-        except trio.Cancelled:
-            request.cancelled = True
-            actor.mailbox.put_internal_nowait(POKE)
-            with trio.CancelScope(shield=True):
-                with trio.move_on_after(self.settings.drain_timeout):
-                    await request.done.wait()
-            raise
+    # drive() and advance() wait for their reply in their own frame (no helper coroutine
+    # in between): a parked drive is one coroutine frame shallower.
+
+    async def _abandon_driver_op(self, actor: RunActor, request: Request) -> None:
+        """The caller of a drive/advance was cancelled: tell the actor, wait (shielded,
+        at most ``drain_timeout``) for it to wind the operation down."""
+        request.cancelled = True
+        actor.mailbox.put_internal_nowait(POKE)
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(self.settings.drain_timeout):
+                await request.done.wait()
+
+    @staticmethod
+    def _reply(request: Request) -> Any:
         if request.error is not None:
             raise request.error
         return request.value
@@ -200,14 +204,28 @@ class RunHandle:
             PrepareStalledError, ModelUnavailableError, FrozenValueMissingError,
             DispatchUnknownError, read errors of the executor: see §5.9.
         """
-        return await self._driver_op("drive", builder, sink)  # type: ignore[no-any-return]
+        request = Request("drive", self.settings, sink=sink, builder=builder)
+        actor = await self._enqueue(request, driver=True)
+        try:
+            await request.done.wait()
+        except trio.Cancelled:
+            await self._abandon_driver_op(actor, request)
+            raise
+        return self._reply(request)  # type: ignore[no-any-return]
 
     async def advance(self, builder: Any, *, sink: EventSink | None = None) -> LoopResult:
         """Do what can be done now without waiting for an effect (§5.5).
 
         Returns WAITING, FINISHED or DISPATCHED (with the keys). Raises as :meth:`drive`.
         """
-        return await self._driver_op("advance", builder, sink)  # type: ignore[no-any-return]
+        request = Request("advance", self.settings, sink=sink, builder=builder)
+        actor = await self._enqueue(request, driver=True)
+        try:
+            await request.done.wait()
+        except trio.Cancelled:
+            await self._abandon_driver_op(actor, request)
+            raise
+        return self._reply(request)  # type: ignore[no-any-return]
 
     async def _settle_op(self, request: Request) -> Any:
         actor = await self._enqueue(request, driver=False)
@@ -219,9 +237,7 @@ class RunHandle:
                     await request.done.wait()
             raise
         del actor
-        if request.error is not None:
-            raise request.error
-        return request.value
+        return self._reply(request)
 
     async def deliver(self, outcome: Any, *, sink: EventSink | None = None) -> LoopResult:
         """Settle *outcome* on this Run's actor and report what happened (§5.8).

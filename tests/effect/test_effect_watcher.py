@@ -6,10 +6,12 @@ pytest-trio): sleeps advance virtual time only, so the timings asserted are exac
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from runx_actors import effect
 from runx_actors.protocol.errors import (
@@ -470,3 +472,163 @@ async def test_watcher_with_nursery_argument(autojump_clock: Any) -> None:
         assert watcher.port is port
         assert await watcher.await_outcome(KEY) == OUTCOME
         await watcher.aclose()
+
+
+# -- one timer task and short-lived readers for every key (no task per waiting key) -----
+
+
+def _watcher_tasks() -> list[str]:
+    names: list[str] = []
+    todo = [trio.lowlevel.current_root_task()]
+    while todo:
+        task = todo.pop()
+        if task.name.startswith("runx-watch"):
+            names.append(task.name)
+        todo.extend(t for n in task.child_nurseries for t in n.child_tasks)
+    return names
+
+
+async def test_watcher_many_waiting_keys_hold_no_task_each(autojump_clock: Any) -> None:
+    """Waiting keys cost no task: only the timer task stays while 200 keys wait, each
+    is still read every ``poll``, and each Outcome reaches its own key only."""
+    port = FakePort()
+    keys = [effect.AssignmentKey("scope", "run-1", f"e{i}") for i in range(200)]
+    recorders = {k: Recorder() for k in keys}
+    async with effect.open_watcher(port, poll=10.0, probe=-1) as w:
+        for k in keys:
+            w.watch(k, recorders[k].deliver, recorders[k].fail)
+        await trio.sleep(1)
+        assert _watcher_tasks() == ["runx-watcher-timers"]
+        assert w.statistics().keys == 200
+        assert all(port.read_count(k) == 1 for k in keys)
+        await trio.sleep(10)
+        assert all(port.read_count(k) == 2 for k in keys)  # the poll still reads each key
+        port.outcomes[keys[7]] = effect.Outcome(keys[7], effect.Unknown("seven"))
+        await trio.sleep(10)
+        assert recorders[keys[7]].outcomes == [port.outcomes[keys[7]]]
+        assert all(r.delivered == [] and r.failed == []
+                   for k, r in recorders.items() if k != keys[7])
+        assert w.statistics().keys == 199
+        assert _watcher_tasks() == ["runx-watcher-timers"]
+
+
+async def test_watcher_notice_wakes_only_its_key(autojump_clock: Any) -> None:
+    """A notice reads the key it names and no other (one reader for every key)."""
+    port = NotifyingPort()
+    keys = [effect.AssignmentKey("scope", "run-1", f"e{i}") for i in range(50)]
+    seen = Recorder()
+    async with effect.open_watcher(port, poll=1000.0, probe=-1) as w:
+        for k in keys:
+            w.watch(k, seen.deliver, seen.fail)
+        await trio.sleep(1)
+        before = {k: port.read_count(k) for k in keys}
+        port.outcomes[keys[3]] = effect.Outcome(keys[3], effect.Unknown("three"))
+        port.notify(keys[3])
+        await trio.sleep(1)
+        assert seen.outcomes == [port.outcomes[keys[3]]]
+        assert {k: port.read_count(k) for k in keys if k != keys[3]} == \
+            {k: n for k, n in before.items() if k != keys[3]}
+
+
+async def test_watcher_one_slow_read_delays_no_other_key(autojump_clock: Any) -> None:
+    """A read that hangs holds one reader; other keys are still read and delivered."""
+
+    class SlowPort(FakePort):
+        async def get_outcome(self, key: effect.AssignmentKey) -> effect.Outcome:
+            if key == KEY:
+                self.reads.append((trio.current_time(), key))
+                await trio.sleep_forever()
+            return await super().get_outcome(key)
+
+    port = SlowPort()
+    port.outcomes[KEY2] = OUTCOME2
+    slow, fast = Recorder(), Recorder()
+    async with effect.open_watcher(port, poll=5.0, probe=-1) as w:
+        w.watch(KEY, slow.deliver, slow.fail)
+        w.watch(KEY2, fast.deliver, fast.fail)
+        await trio.sleep(1)
+        assert fast.outcomes == [OUTCOME2]
+        assert slow.delivered == [] and port.read_count(KEY) == 1
+        await trio.sleep(30)
+        assert port.read_count(KEY) == 1  # one read of a key at a time, never two
+
+
+async def test_watcher_cancelling_one_waiter_leaves_the_others(autojump_clock: Any) -> None:
+    """Cancelling one await_outcome (or one registration) disturbs no other waiter."""
+    port = FakePort()
+    keys = [effect.AssignmentKey("scope", "run-1", f"e{i}") for i in range(3)]
+    results: dict[int, effect.Outcome] = {}
+
+    async def wait(i: int) -> None:
+        results[i] = await w.await_outcome(keys[i])
+
+    async with effect.open_watcher(port, poll=2.0, probe=-1) as w:
+        async with trio.open_nursery() as nursery:
+            scopes = []
+            for i in range(3):
+                scope = trio.CancelScope()
+                scopes.append(scope)
+
+                async def run(i: int = i, scope: trio.CancelScope = scope) -> None:
+                    with scope:
+                        await wait(i)
+
+                nursery.start_soon(run)
+            shared = Recorder()
+            w.watch(keys[0], shared.deliver, shared.fail)  # a second interest in key 0
+            await trio.sleep(1)
+            scopes[0].cancel()
+            await trio.sleep(1)
+            assert w.statistics().keys == 3  # key 0 is still watched (the Recorder)
+            for k in keys:
+                port.outcomes[k] = effect.Outcome(k, effect.Unknown(k.effect))
+        assert sorted(results) == [1, 2]
+        assert results[1].key == keys[1] and results[2].key == keys[2]
+        assert shared.outcomes == [port.outcomes[keys[0]]]
+        assert w.statistics().keys == 0
+
+
+async def test_watcher_close_wakes_every_waiter(autojump_clock: Any) -> None:
+    """Closing the Watcher raises ClosedResourceError in every pending await_outcome and
+    leaves no task behind."""
+    port = FakePort()
+    keys = [effect.AssignmentKey("scope", "run-1", f"e{i}") for i in range(20)]
+    closed: list[int] = []
+
+    async with effect.open_watcher(port, poll=3.0, probe=-1) as w:
+
+        async def wait(i: int) -> None:
+            try:
+                await w.await_outcome(keys[i % 10])  # two waiters per key
+            except trio.ClosedResourceError:
+                closed.append(i)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(20):
+                nursery.start_soon(wait, i)
+            await trio.sleep(5)
+            await w.aclose()
+        assert sorted(closed) == list(range(20))
+        assert w.statistics().keys == 0
+    assert port.read_count(keys[0]) >= 2  # it was polled while waiting
+
+
+async def test_watcher_keeps_no_deadline_for_finished_or_dropped_keys(
+        autojump_clock: Any) -> None:
+    """Once no key waits, no timer is pending: an autojumping clock is not pushed to a
+    stale poll deadline (e.g. while the owner waits on a thread)."""
+    port = NotifyingPort()
+    seen = Recorder()
+    async with effect.open_watcher(port, poll=100.0, probe=-1) as w:
+        w.watch(KEY, seen.deliver, seen.fail)
+        dropped = w.watch(KEY2, seen.deliver, seen.fail)
+        await trio.testing.wait_all_tasks_blocked()
+        assert trio.lowlevel.current_statistics().seconds_to_next_deadline == \
+            pytest.approx(100.0)
+        port.outcomes[KEY] = OUTCOME
+        port.notify(KEY)
+        dropped.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert seen.outcomes == [OUTCOME]
+        assert trio.lowlevel.current_statistics().seconds_to_next_deadline == math.inf
+        assert trio.current_time() == 0.0
