@@ -248,8 +248,9 @@ async def idle_actor_rss(n: int, breakdown: bool = False) -> dict[str, Any]:
                 nursery.start_soon(rt.drive, f"run-{i}")
             while sum(1 for s in rt.runtime.statistics() if s.keys_in_flight) < n:
                 await trio.sleep(0.01)
-            if breakdown:  # read the settled state, not reads still in flight
-                await trio.testing.wait_all_tasks_blocked()
+            # read the settled state — every drive parked on its tool call — not a
+            # moment when some model calls or Watcher reads are still in flight
+            await trio.testing.wait_all_tasks_blocked()
             gc.collect()
             after = _rss_bytes()
             if breakdown:
