@@ -5,9 +5,9 @@ group transaction calls them between ``BEGIN`` and ``COMMIT``, readers call them
 worker threads. None opens or ends a transaction. Rows that do not decode raise
 ``CorruptRecordError`` naming the scope, Run (or stream) and position.
 
-Backend-neutral pieces are not duplicated: rows are decoded by ``_sqlite_log._decode_rows``
-and the projection cache uses ``_sqlite_log.encode_state`` / ``decode_state`` (they take
-plain Python values, not a connection). Only the SQL differs.
+Backend-neutral pieces are not duplicated: row decoding, the fencing error, the cache form
+of a state and the control flow of the reads live in ``_rows`` (shared with
+``_sqlite_log``). Only the SQL differs.
 """
 
 from __future__ import annotations
@@ -17,24 +17,14 @@ from typing import Any
 
 import psycopg
 
-from ..protocol._evolve import evolve
-from ..protocol.canonical import read_envelope
 from ..protocol.commit import Snapshot, fold_run
-from ..protocol.errors import (
-    CorruptRecordError,
-    EvolveError,
-    FrozenValueMissingError,
-    OwnershipLostError,
-    ProjectionDivergenceError,
-    RunNotFoundError,
-    ValidationError,
-)
+from ..protocol.errors import ProjectionDivergenceError
 from ..protocol.facts import Fact
-from ..protocol.state import MachineState, Open
+from ..protocol.state import Open
 from ..protocol.values import Digest, RunID, RunStatus, Scope
-from ._scope import integral_ints
-from ._sqlite_log import _decode_rows, decode_state, encode_state
-from .base import StreamRecord, run_stream
+from . import _rows as shared
+from ._rows import encode_state, fenced
+from .base import StreamRecord
 
 __all__ = [
     "Conn", "read_epoch", "lock_epoch", "fenced", "bump_epoch", "run_facts", "record",
@@ -68,14 +58,6 @@ def lock_epoch(conn: Conn, scope: Scope) -> int:
     return int(row[0]) if row is not None else 0
 
 
-def fenced(scope: Scope, epoch: int, current: int) -> OwnershipLostError:
-    """The OwnershipLostError of a writer at *epoch* when *current* is persisted."""
-    return OwnershipLostError(
-        f"scope {scope!r} is owned by epoch {current}, not {epoch}",
-        scope=scope, epoch=epoch, current_epoch=current,
-    )
-
-
 def bump_epoch(conn: Conn, scope: Scope) -> int:
     """Increment *scope*'s persisted epoch (locking its row) and return the new value."""
     row = conn.execute(
@@ -99,15 +81,10 @@ def run_facts(
         RunNotFoundError: *start* is 0 and the Run has no stream.
         CorruptRecordError: a row does not decode, or a position is missing.
     """
-    sql = "SELECT idx, type, data FROM events WHERE scope = %s AND stream = %s AND idx >= %s"
-    params: tuple[Any, ...] = (scope, run_stream(run_id), start)
-    if stop is not None:
-        sql += " AND idx < %s"
-        params += (stop,)
-    rows = conn.execute(sql + " ORDER BY idx", params).fetchall()
-    if not rows and start == 0:
-        raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
-    return _decode_rows(scope, run_id, rows, start)
+    return shared.select_run_facts(
+        conn, "SELECT idx, type, data FROM events WHERE scope = %s AND stream = %s AND idx >= %s",
+        " AND idx < %s", scope, run_id, start, stop,
+    )
 
 
 def record(conn: Conn, scope: Scope, run_id: RunID) -> Snapshot:
@@ -143,16 +120,7 @@ def commit_run_facts(
     ).fetchone()
     if row is None:
         return None
-    owner, first, count = row
-    if owner != run_id or count == 0:
-        return ()
-    facts = run_facts(conn, scope, run_id, start=first, stop=first + count)
-    if len(facts) != count:
-        raise CorruptRecordError(
-            f"commit {commit_id!r} of run {run_id!r} lost events", scope=scope,
-            run_id=run_id, position=first + len(facts), type="",
-        )
-    return facts
+    return shared.commit_facts(run_facts, conn, scope, commit_id, run_id, tuple(row))
 
 
 # -- appends ---------------------------------------------------------------------------
@@ -189,7 +157,7 @@ def stream_head(conn: Conn, scope: Scope, stream: str) -> int:
     row = conn.execute(
         "SELECT MAX(idx) FROM events WHERE scope = %s AND stream = %s", (scope, stream)
     ).fetchone()
-    return -1 if row is None or row[0] is None else int(row[0])
+    return shared.head_of(row)
 
 
 def insert_run(conn: Conn, scope: Scope, run_id: RunID, snap: Snapshot) -> None:
@@ -241,14 +209,9 @@ def write_cache(
 
 def read_cache(conn: Conn, scope: Scope) -> dict[RunID, Snapshot]:
     """Every decodable entry of *scope*'s durable projection cache."""
-    out: dict[RunID, Snapshot] = {}
-    for run_id, position, data in conn.execute(
+    return shared.cache_entries(conn.execute(
         "SELECT run_id, position, state FROM projection_cache WHERE scope = %s", (scope,)
-    ):
-        state = decode_state(data)
-        if state is not None:
-            out[run_id] = Snapshot(state, position)
-    return out
+    ))
 
 
 def rebuild_projection(conn: Conn, scope: Scope) -> dict[RunID, Snapshot]:
@@ -264,39 +227,7 @@ def rebuild_projection(conn: Conn, scope: Scope) -> dict[RunID, Snapshot]:
         "WHERE r.scope = %s AND r.active",
         (scope,),
     ).fetchall()
-    out: dict[RunID, Snapshot] = {}
-    for run_id, head, cached_position, cached_data in rows:
-        state = None
-        if cached_data is not None and cached_position <= head:
-            state = _from_cache(conn, scope, run_id, head, cached_position, cached_data)
-        if state is None:
-            facts = run_facts(conn, scope, run_id)
-            if len(facts) - 1 != head:
-                raise CorruptRecordError(
-                    f"run {run_id!r} in scope {scope!r}: head {head} but "
-                    f"{len(facts)} events", scope=scope, run_id=run_id, position=head, type="",
-                )
-            state = fold_run(facts, run_id=run_id)
-        if state.status is RunStatus.ACTIVE:
-            out[run_id] = Snapshot(state, head)
-    return out
-
-
-def _from_cache(
-    conn: Conn, scope: Scope, run_id: RunID, head: int, position: int, data: Any,
-) -> MachineState | None:
-    state = decode_state(data)
-    if state is None or state.run_id != run_id:
-        return None
-    tail = run_facts(conn, scope, run_id, start=position + 1)
-    if len(tail) != head - position:
-        return None
-    try:
-        for fact in tail:
-            state = evolve(state, fact)
-    except EvolveError:
-        return None
-    return state
+    return shared.rebuild_projection(run_facts, conn, scope, rows)
 
 
 # -- frozen bodies and foreign streams -------------------------------------------------
@@ -312,10 +243,8 @@ def frozen_put(conn: Conn, digest: Digest, data: bytes) -> None:
 
 def frozen_get(conn: Conn, digest: Digest) -> bytes:
     """Raises FrozenValueMissingError if absent."""
-    row = conn.execute("SELECT data FROM frozen WHERE digest = %s", (digest,)).fetchone()
-    if row is None:
-        raise FrozenValueMissingError(f"no frozen body {digest}", digest=digest)
-    return bytes(row[0])
+    return shared.frozen_body(
+        digest, conn.execute("SELECT data FROM frozen WHERE digest = %s", (digest,)).fetchone())
 
 
 def read_stream(conn: Conn, scope: Scope, stream: str) -> tuple[StreamRecord, ...]:
@@ -328,14 +257,4 @@ def read_stream(conn: Conn, scope: Scope, stream: str) -> tuple[StreamRecord, ..
         "SELECT e.idx, e.type, e.data, c.commit_id, c.epoch FROM events e "
         "JOIN commits c ON c.seq = e.commit_seq "
         "WHERE e.scope = %s AND e.stream = %s ORDER BY e.idx", (scope, stream)).fetchall()
-    out = []
-    for idx, type_, data, commit_id, epoch in rows:
-        try:
-            _, payload = read_envelope(bytes(data), record=type_)
-        except ValidationError as exc:
-            raise CorruptRecordError(f"event {stream}#{idx} does not decode",
-                                     scope=scope, stream=stream, position=idx,
-                                     type=type_) from exc
-        out.append(StreamRecord(stream, idx, type_, integral_ints(payload), commit_id,
-                                int(epoch)))
-    return tuple(out)
+    return shared.stream_records(scope, stream, rows)

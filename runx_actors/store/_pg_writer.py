@@ -22,7 +22,7 @@ refolds them from the log inside its transaction (under the row lock) before eva
 anything, so a replay of the same command id returns ALREADY_APPLIED with today's
 snapshot and the projection never lags behind the log.
 
-This module repeats the *order* of steps of ``_sqlite_writer``'s jobs (epoch, bodies,
+This module repeats the *order* of steps of ``_sqlite_jobs``' jobs (epoch, bodies,
 ``evaluate_commit``, commit row, events, head, cache) over ``_pg_log``; the logic itself is
 the shared pure ``evaluate_commit`` / ``create_group`` / ``fold_run``.
 """
@@ -30,14 +30,11 @@ the shared pure ``evaluate_commit`` / ``create_group`` / ``fold_run``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import attrs
-import trio
 from psycopg_pool import ConnectionPool
 
-from ..protocol._codec import encode_fact
-from ..protocol.canonical import typed_envelope
 from ..protocol.commit import (
     Append,
     CommitRequest,
@@ -50,10 +47,11 @@ from ..protocol.commit import (
     fold_run,
 )
 from ..protocol.errors import RunExistsError, RunNotFoundError, ValidationError
-from ..protocol.facts import EVENT_TYPE_PREFIX, Fact
+from ..protocol.facts import Fact
 from ..protocol.state import Open
 from ..protocol.values import AgentInput, CommandID, Digest, NewRun, RunID, RunStatus, Scope
 from . import _pg_log as log
+from ._group import JobBase, WriterStateBase, foreign_rows, run_items
 from ._scope import Projection
 from .base import ForeignEvent, check_foreign, run_stream
 
@@ -67,24 +65,16 @@ T = TypeVar("T")
 Change = tuple[RunID, Snapshot | None]
 
 
-class PgWriterState:
+class PgWriterState(WriterStateBase):
     """One writer's identity, projection and queue. Trio-side only: the projection is
     read by worker threads of this writer's flush, and changed by the flush between them."""
 
     def __init__(self, scope: Scope, epoch: int, projection: Projection) -> None:
-        self.scope = scope
-        self.epoch = epoch
-        self.projection = projection
+        super().__init__(scope, epoch, projection)
         self.pending: list[Job[Any]] = []
         self.flushing = False
         #: Runs whose projection entry may lag the log (a group's outcome was unknown).
         self.suspect: set[RunID] = set()
-
-    def get(self, run_id: RunID) -> Snapshot | None:
-        return self.projection.active.get(run_id)
-
-    def copy(self) -> dict[RunID, Snapshot]:
-        return dict(self.projection.active)
 
     def apply(self, changes: Sequence[Change]) -> None:
         for run_id, snap in changes:
@@ -148,39 +138,18 @@ class _View:
         return log.stream_exists(self._tx.conn, self._tx.scope, run_id)
 
 
-class Job(Generic[T]):
+class Job(JobBase[T]):
     """A unit of a writer's group; ``done`` is set (in trio) once answered."""
 
     #: The Run the job may change (marked suspect when the outcome is unknown).
     run_id: RunID | None = None
 
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.result: T | None = None
-        self.error: BaseException | None = None
-
     def run(self, tx: _Tx) -> tuple[T, Sequence[Change]]:
         raise NotImplementedError
 
-    def outcome(self) -> T:
-        """The result, or raise the error (trio side, after ``done``)."""
-        if self.error is not None:
-            raise self.error
-        return self.result  # type: ignore[return-value]
-
-
-def _run_items(facts: Sequence[Fact]) -> list[tuple[str, bytes]]:
-    return [(EVENT_TYPE_PREFIX + f.WIRE_NAME, encode_fact(f)) for f in facts]
-
 
 def _append_foreign(tx: _Tx, seq: int, events: Sequence[ForeignEvent]) -> None:
-    heads: dict[str, int] = {}
-    rows = []
-    for e in events:
-        if e.stream not in heads:
-            heads[e.stream] = log.stream_head(tx.conn, tx.scope, e.stream)
-        heads[e.stream] += 1
-        rows.append((e.stream, heads[e.stream], e.type, typed_envelope(e.type, e.payload)))
+    rows = foreign_rows(lambda stream: log.stream_head(tx.conn, tx.scope, stream), events)
     log.insert_events(tx.conn, tx.scope, seq, rows)
 
 
@@ -209,7 +178,7 @@ class CommitJob(Job[CommitResult]):
                                 first, len(facts))
         stream = run_stream(run_id)
         log.insert_events(tx.conn, tx.scope, seq, [
-            (stream, first + i, type_, data) for i, (type_, data) in enumerate(_run_items(facts))
+            (stream, first + i, type_, data) for i, (type_, data) in enumerate(run_items(facts))
         ])
         log.advance_run(tx.conn, tx.scope, run_id, first - 1, snap)
         was_open = before is not None and isinstance(before.state.current, Open)
@@ -245,7 +214,7 @@ class CreateJob(Job[CommitResult]):
                                 len(group))
         stream = run_stream(run_id)
         log.insert_events(tx.conn, tx.scope, seq, [
-            (stream, i, type_, data) for i, (type_, data) in enumerate(_run_items(group))
+            (stream, i, type_, data) for i, (type_, data) in enumerate(run_items(group))
         ])
         _append_foreign(tx, seq, self.extra_events)
         log.insert_run(tx.conn, tx.scope, run_id, snap)

@@ -42,7 +42,10 @@ from ..protocol.state import MachineState, Open
 from ..protocol.values import AgentInput, CommandID, Digest, NewRun, RunID, RunStatus, Scope
 from .base import ForeignEvent, StoredEvent, StreamRecord, check_foreign, run_stream
 
-__all__ = ["ScopeLog", "Commit", "Projection", "FrozenBodies", "check_frozen", "integral_ints"]
+__all__ = [
+    "ScopeLog", "Commit", "Projection", "FrozenBodies", "check_frozen", "check_divergence",
+    "integral_ints",
+]
 
 
 @attrs.frozen
@@ -56,6 +59,17 @@ def check_frozen(digest: Digest, data: bytes) -> None:
     """Raise ValidationError unless ``"sha256:" + sha256(data) == digest`` (RUN-WIR-4)."""
     if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
         raise ValidationError("frozen body does not hash to its digest", digest=digest)
+
+
+def check_divergence(run_id: RunID, record: Snapshot, projected: Snapshot | None) -> None:
+    """Raise ProjectionDivergenceError if *projected* (a writer's projection entry, if
+    any) is at *record*'s position but holds another state."""
+    if (projected is not None and projected.position == record.position
+            and projected.state != record.state):
+        raise ProjectionDivergenceError(
+            f"record of {run_id} differs from the projection", run_id=run_id,
+            record=record, projection=projected,
+        )
 
 
 def integral_ints(value: Any) -> Any:
@@ -174,12 +188,7 @@ class ScopeLog:
         facts = self.facts(run_id)
         snap = Snapshot(fold_run(facts, run_id=run_id), len(facts) - 1)
         if projection is not None:
-            cur = projection.active.get(run_id)
-            if cur is not None and cur.position == snap.position and cur.state != snap.state:
-                raise ProjectionDivergenceError(
-                    f"record of {run_id} differs from the projection", run_id=run_id,
-                    record=snap, projection=cur,
-                )
+            check_divergence(run_id, snap, projection.active.get(run_id))
         return snap
 
     def load(self, run_id: RunID, projection: Projection) -> Snapshot:

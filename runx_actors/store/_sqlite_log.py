@@ -9,36 +9,25 @@ naming the scope, Run and position.
 from __future__ import annotations
 
 import functools
-import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from ..protocol._codec import decode_fact, decode_value, encode_value
-from ..protocol._evolve import evolve
-from ..protocol.canonical import read_envelope
 from ..protocol.commit import Snapshot, fold_run
-from ..protocol.errors import (
-    CorruptRecordError,
-    EvolveError,
-    FrozenValueMissingError,
-    OwnershipLostError,
-    ProjectionDivergenceError,
-    RunNotFoundError,
-    ValidationError,
-)
-from ..protocol.facts import EVENT_TYPE_PREFIX, Fact
-from ..protocol.state import MachineState
-from ..protocol.values import Digest, RunID, RunStatus, Scope
-from ._scope import integral_ints
-from .base import StreamRecord, run_stream
+from ..protocol.errors import ProjectionDivergenceError
+from ..protocol.facts import Fact
+from ..protocol.values import Digest, RunID, Scope
+from . import _rows as shared
+from ._rows import CommitRow, decode_state, encode_state, require_epoch
+from .base import StreamRecord
 
 __all__ = [
     "read_epoch", "read_epoch_and_seq", "max_seq", "check_epoch", "require_epoch",
     "bump_epoch", "run_facts", "record", "stream_exists", "lookup_commits", "existing_runs",
     "commit_facts", "insert_commits", "insert_events", "insert_runs", "advance_runs",
     "stream_head", "put_cache", "delete_cache", "read_cache", "rebuild_projection",
-    "frozen_put", "frozen_put_many", "frozen_get", "encode_state", "decode_state",
+    "frozen_put", "frozen_put_many", "frozen_get", "encode_state", "decode_state", "CommitRow",
+    "read_stream",
 ]
 
 
@@ -75,15 +64,6 @@ def check_epoch(conn: sqlite3.Connection, scope: Scope, epoch: int) -> None:
     require_epoch(scope, epoch, read_epoch(conn, scope))
 
 
-def require_epoch(scope: Scope, epoch: int, current: int) -> None:
-    """Raise OwnershipLostError unless *epoch* is *current*, the persisted epoch."""
-    if current != epoch:
-        raise OwnershipLostError(
-            f"scope {scope!r} is owned by epoch {current}, not {epoch}",
-            scope=scope, epoch=epoch, current_epoch=current,
-        )
-
-
 def bump_epoch(conn: sqlite3.Connection, scope: Scope) -> int:
     """Increment *scope*'s persisted epoch and return the new value."""
     row = conn.execute(
@@ -97,38 +77,6 @@ def bump_epoch(conn: sqlite3.Connection, scope: Scope) -> int:
 # -- Run streams -----------------------------------------------------------------------
 
 
-def _decode(scope: Scope, run_id: RunID, idx: int, type_: str, data: Any) -> Fact:
-    try:
-        fact: Fact = decode_fact(bytes(data))
-    except Exception as exc:
-        raise CorruptRecordError(
-            f"event {idx} of run {run_id!r} in scope {scope!r} does not decode: {exc}",
-            scope=scope, run_id=run_id, position=idx, type=type_,
-        ) from exc
-    if type_ != EVENT_TYPE_PREFIX + fact.WIRE_NAME:
-        raise CorruptRecordError(
-            f"event {idx} of run {run_id!r} in scope {scope!r} has type {type_!r} but holds "
-            f"{fact.WIRE_NAME!r}", scope=scope, run_id=run_id, position=idx, type=type_,
-        )
-    return fact
-
-
-def _decode_rows(
-    scope: Scope, run_id: RunID, rows: Iterable[tuple[int, str, Any]], start: int
-) -> tuple[Fact, ...]:
-    out: list[Fact] = []
-    expected = start
-    for idx, type_, data in rows:
-        if idx != expected:
-            raise CorruptRecordError(
-                f"run {run_id!r} in scope {scope!r} has no event at position {expected}",
-                scope=scope, run_id=run_id, position=expected, type="",
-            )
-        out.append(_decode(scope, run_id, idx, type_, data))
-        expected += 1
-    return tuple(out)
-
-
 def run_facts(
     conn: sqlite3.Connection, scope: Scope, run_id: RunID, *, start: int = 0,
     stop: int | None = None,
@@ -139,15 +87,10 @@ def run_facts(
         RunNotFoundError: *start* is 0 and the Run has no stream.
         CorruptRecordError: a row does not decode, or a position is missing.
     """
-    sql = "SELECT idx, type, data FROM events WHERE scope = ? AND stream = ? AND idx >= ?"
-    params: tuple[Any, ...] = (scope, run_stream(run_id), start)
-    if stop is not None:
-        sql += " AND idx < ?"
-        params += (stop,)
-    rows = conn.execute(sql + " ORDER BY idx", params).fetchall()
-    if not rows and start == 0:
-        raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
-    return _decode_rows(scope, run_id, rows, start)
+    return shared.select_run_facts(
+        conn, "SELECT idx, type, data FROM events WHERE scope = ? AND stream = ? AND idx >= ?",
+        " AND idx < ?", scope, run_id, start, stop,
+    )
 
 
 def record(conn: sqlite3.Connection, scope: Scope, run_id: RunID) -> Snapshot:
@@ -207,11 +150,6 @@ def _in(
     return out
 
 
-#: A commit-id index entry: the Run it appended to (None for foreign-only commits), the
-#: position of its first Run fact and how many Run facts it appended.
-CommitRow = tuple[RunID | None, int, int]
-
-
 def lookup_commits(
     conn: sqlite3.Connection, scope: Scope, commit_ids: Sequence[str]
 ) -> dict[str, CommitRow]:
@@ -231,16 +169,7 @@ def commit_facts(
     conn: sqlite3.Connection, scope: Scope, commit_id: str, run_id: RunID, row: CommitRow
 ) -> tuple[Fact, ...]:
     """The facts the commit of index entry *row* appended to *run_id*'s stream."""
-    owner, first, count = row
-    if owner != run_id or count == 0:
-        return ()
-    facts = run_facts(conn, scope, run_id, start=first, stop=first + count)
-    if len(facts) != count:
-        raise CorruptRecordError(
-            f"commit {commit_id!r} of run {run_id!r} lost events", scope=scope,
-            run_id=run_id, position=first + len(facts), type="",
-        )
-    return facts
+    return shared.commit_facts(run_facts, conn, scope, commit_id, run_id, row)
 
 
 # -- appends (multi-row; the writer thread assigns ``seq``) -----------------------------
@@ -271,7 +200,7 @@ def stream_head(conn: sqlite3.Connection, scope: Scope, stream: str) -> int:
     row = conn.execute(
         "SELECT MAX(idx) FROM events WHERE scope = ? AND stream = ?", (scope, stream)
     ).fetchone()
-    return -1 if row is None or row[0] is None else int(row[0])
+    return shared.head_of(row)
 
 
 def insert_runs(conn: sqlite3.Connection, rows: Sequence[tuple[Scope, RunID, int, int]]) -> None:
@@ -312,30 +241,6 @@ def advance_runs(
 
 # -- the projection cache --------------------------------------------------------------
 
-#: Prefix of a cache entry. The cache is not a protocol format: it is disposable, plain
-#: JSON of ``encode_value`` (fast; not canonical), and an entry this build cannot decode
-#: is ignored (the Run is folded from its stream instead).
-_CACHE_FORMAT = b"c1:"
-
-
-def encode_state(state: MachineState) -> bytes:
-    """The cache form of *state*."""
-    text = json.dumps(encode_value(state, MachineState), ensure_ascii=False,
-                      separators=(",", ":"))
-    return _CACHE_FORMAT + text.encode("utf-8")
-
-
-def decode_state(data: Any) -> MachineState | None:
-    """Decode a cache entry; None if it is not in a form this build reads."""
-    raw = bytes(data)
-    if not raw.startswith(_CACHE_FORMAT):
-        return None
-    try:
-        return decode_value(MachineState, json.loads(raw[len(_CACHE_FORMAT):]))
-    except Exception:
-        return None
-
-
 def put_cache(
     conn: sqlite3.Connection, rows: Sequence[tuple[Scope, RunID, int, bytes]]
 ) -> None:
@@ -356,14 +261,9 @@ def delete_cache(conn: sqlite3.Connection, scope: Scope, run_ids: Sequence[RunID
 
 def read_cache(conn: sqlite3.Connection, scope: Scope) -> dict[RunID, Snapshot]:
     """Every decodable entry of *scope*'s durable projection cache."""
-    out: dict[RunID, Snapshot] = {}
-    for run_id, position, data in conn.execute(
+    return shared.cache_entries(conn.execute(
         "SELECT run_id, position, state FROM projection_cache WHERE scope = ?", (scope,)
-    ):
-        state = decode_state(data)
-        if state is not None:
-            out[run_id] = Snapshot(state, position)
-    return out
+    ))
 
 
 def rebuild_projection(conn: sqlite3.Connection, scope: Scope) -> dict[RunID, Snapshot]:
@@ -381,40 +281,7 @@ def rebuild_projection(conn: sqlite3.Connection, scope: Scope) -> dict[RunID, Sn
         "WHERE r.scope = ? AND r.active = 1",
         (scope,),
     ).fetchall()
-    out: dict[RunID, Snapshot] = {}
-    for run_id, head, cached_position, cached_data in rows:
-        state = None
-        if cached_data is not None and cached_position <= head:
-            state = _from_cache(conn, scope, run_id, head, cached_position, cached_data)
-        if state is None:
-            facts = run_facts(conn, scope, run_id)
-            if len(facts) - 1 != head:
-                raise CorruptRecordError(
-                    f"run {run_id!r} in scope {scope!r}: head {head} but "
-                    f"{len(facts)} events", scope=scope, run_id=run_id, position=head, type="",
-                )
-            state = fold_run(facts, run_id=run_id)
-        if state.status is RunStatus.ACTIVE:
-            out[run_id] = Snapshot(state, head)
-    return out
-
-
-def _from_cache(
-    conn: sqlite3.Connection, scope: Scope, run_id: RunID, head: int, position: int,
-    data: Any,
-) -> MachineState | None:
-    state = decode_state(data)
-    if state is None or state.run_id != run_id:
-        return None
-    tail = run_facts(conn, scope, run_id, start=position + 1)
-    if len(tail) != head - position:
-        return None
-    try:
-        for fact in tail:
-            state = evolve(state, fact)
-    except EvolveError:
-        return None
-    return state
+    return shared.rebuild_projection(run_facts, conn, scope, rows)
 
 
 # -- frozen bodies ---------------------------------------------------------------------
@@ -436,10 +303,8 @@ def frozen_put_many(conn: sqlite3.Connection, rows: Sequence[tuple[Digest, bytes
 
 def frozen_get(conn: sqlite3.Connection, digest: Digest) -> bytes:
     """Raises FrozenValueMissingError if absent."""
-    row = conn.execute("SELECT data FROM frozen WHERE digest = ?", (digest,)).fetchone()
-    if row is None:
-        raise FrozenValueMissingError(f"no frozen body {digest}", digest=digest)
-    return bytes(row[0])
+    return shared.frozen_body(
+        digest, conn.execute("SELECT data FROM frozen WHERE digest = ?", (digest,)).fetchone())
 
 
 def read_stream(conn: sqlite3.Connection, scope: Scope, stream: str) -> tuple[StreamRecord, ...]:
@@ -452,13 +317,4 @@ def read_stream(conn: sqlite3.Connection, scope: Scope, stream: str) -> tuple[St
         "SELECT e.idx, e.type, e.data, c.commit_id, c.epoch FROM events e "
         "JOIN commits c ON c.seq = e.commit_seq "
         "WHERE e.scope = ? AND e.stream = ? ORDER BY e.idx", (scope, stream)).fetchall()
-    out = []
-    for idx, type_, data, commit_id, epoch in rows:
-        try:
-            _, payload = read_envelope(bytes(data), record=type_)
-        except ValidationError as exc:
-            raise CorruptRecordError(f"event {stream}#{idx} does not decode",
-                                     scope=scope, stream=stream, position=idx,
-                                     type=type_) from exc
-        out.append(StreamRecord(stream, idx, type_, integral_ints(payload), commit_id, epoch))
-    return tuple(out)
+    return shared.stream_records(scope, stream, rows)

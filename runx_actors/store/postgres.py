@@ -47,14 +47,12 @@ import attrs
 import trio
 from psycopg_pool import ConnectionPool
 
-from ..protocol.canonical import decode_frozen
 from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot
-from ..protocol.digests import model_request_from_json
-from ..protocol.errors import ProjectionDivergenceError, ValidationError
-from ..protocol.facts import Fact
-from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
+from ..protocol.errors import ValidationError
+from ..protocol.values import AgentInput, Digest, NewRun, RunID, Scope
 from . import _pg_log as log
-from ._freeze import bodies_of
+from ._facade import SqlFrozenStore, SqlReader, SqlRunStore, SqlStoreBase, SqlWriter
+from ._group import GroupCounters, GroupStatistics
 from ._pg_schema import ensure_schema, make_pool
 from ._pg_writer import (
     AppendJob,
@@ -68,7 +66,7 @@ from ._pg_writer import (
     run_group,
 )
 from ._scope import check_frozen
-from .base import ForeignEvent, StreamRecord
+from .base import ForeignEvent
 
 __all__ = [
     "open_postgres_store", "PostgresStore", "PostgresWriter", "PostgresReader",
@@ -79,7 +77,7 @@ T = TypeVar("T")
 
 
 @attrs.frozen
-class PostgresStatistics:
+class PostgresStatistics(GroupStatistics):
     """A snapshot of the store's group-commit counters (style §2.5).
 
     ``transactions`` counts committed group transactions, ``jobs`` the jobs they carried
@@ -88,19 +86,9 @@ class PostgresStatistics:
     (outcome unknown), ``queued`` the jobs waiting right now.
     """
 
-    transactions: int
-    jobs: int
-    accepted: int
-    largest_group: int
-    failed_transactions: int
-    queued: int
 
-
-class PostgresFrozenStore:
+class PostgresFrozenStore(SqlFrozenStore["PostgresStore"]):
     """FrozenStore in the ``frozen`` table, shared by every scope (RUN-WIR-4)."""
-
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
 
     async def put(self, digest: Digest, data: bytes) -> None:
         """Store *data* under *digest* durably; idempotent. Checkpoint.
@@ -112,13 +100,11 @@ class PostgresFrozenStore:
         check_frozen(digest, data)
         await self._store._call(log.frozen_put, digest, bytes(data))
 
-    async def get(self, digest: Digest) -> bytes:
-        """The stored bytes. Checkpoint. Raises FrozenValueMissingError if absent."""
-        return await self._store._call(log.frozen_get, digest)
 
-
-class PostgresStore:
+class PostgresStore(SqlStoreBase[PgWriterState]):
     """A SessionStore in one PostgreSQL schema. Obtain it from :func:`open_postgres_store`."""
+
+    _log = log
 
     def __init__(self, pool: ConnectionPool, nursery: trio.Nursery, *, max_size: int,
                  max_group: int) -> None:
@@ -134,7 +120,7 @@ class PostgresStore:
         self._idle = trio.Event()
         self._idle.set()
         self._writers: list[PgWriterState] = []
-        self._transactions = self._jobs = self._accepted = self._largest = self._failed = 0
+        self._counters = GroupCounters()
 
     @property
     def frozen(self) -> PostgresFrozenStore:
@@ -148,9 +134,7 @@ class PostgresStore:
     def statistics(self) -> PostgresStatistics:
         """Counters of the group transactions (see :class:`PostgresStatistics`)."""
         return PostgresStatistics(
-            transactions=self._transactions, jobs=self._jobs, accepted=self._accepted,
-            largest_group=self._largest, failed_transactions=self._failed,
-            queued=sum(len(ws.pending) for ws in self._writers),
+            **self._counters.fields(), queued=sum(len(ws.pending) for ws in self._writers),
         )
 
     def set_before_commit_hook(self, hook: Callable[[], None] | None) -> None:
@@ -197,6 +181,23 @@ class PostgresStore:
         await job.done.wait()
         return job.outcome()
 
+    async def _create_run(
+        self, ws: PgWriterState, new_run: NewRun, inputs: Sequence[AgentInput],
+        commit_id: str, extra_events: Sequence[ForeignEvent],
+    ) -> CommitResult:
+        return await self._submit(ws, CreateJob(new_run, inputs, commit_id, extra_events))
+
+    async def _append_events(
+        self, ws: PgWriterState, commit_id: str, events: Sequence[ForeignEvent]
+    ) -> CommitStatus:
+        return await self._submit(ws, AppendJob(commit_id, events))
+
+    async def _commit(
+        self, ws: PgWriterState, request: CommitRequest,
+        bodies: tuple[tuple[Digest, bytes], ...],
+    ) -> CommitResult:
+        return await self._submit(ws, CommitJob(request, bodies))
+
     async def _flush(self, ws: PgWriterState) -> None:
         """Run *ws*'s queued jobs group by group until its queue is empty (shielded)."""
         with trio.CancelScope(shield=True):
@@ -221,7 +222,7 @@ class PostgresStore:
         except BaseException as exc:
             # Unknown outcome: nothing is published; the group's Runs are refolded from
             # the log by the writer's next group. Refused jobs keep their own refusal.
-            self._failed += 1
+            self._counters.failed += 1
             ws.suspect.update(job.run_id for job in batch if job.run_id is not None)
             for job in batch:
                 if job.error is None:
@@ -233,10 +234,7 @@ class PostgresStore:
             # Durable: publish to the projection, then answer.
             ws.apply(result.changes)
             ws.suspect.difference_update(result.refreshed)
-            self._transactions += 1
-            self._jobs += len(batch)
-            self._accepted += result.accepted
-            self._largest = max(self._largest, len(batch))
+            self._counters.committed(len(batch), result.accepted)
         finally:
             for job in batch:
                 job.done.set()
@@ -274,14 +272,6 @@ class PostgresStore:
         """A reader of *scope*; needs no ownership. Checkpoint."""
         await trio.lowlevel.checkpoint()
         return PostgresReader(self, scope)
-
-    async def cached_projection(self, scope: Scope) -> dict[RunID, Snapshot]:
-        """The durable projection cache of *scope* (for tests and diagnostics)."""
-        return await self._call(log.read_cache, scope)
-
-    async def scope_epoch(self, scope: Scope) -> int:
-        """The persisted epoch of *scope* (0 if never opened). Checkpoint."""
-        return await self._call(log.read_epoch, scope)
 
     async def aclose(self) -> None:
         """Finish the queued groups, then close the pool. Checkpoint. Idempotent.
@@ -348,12 +338,8 @@ def _open_pool(pool: ConnectionPool, timeout: float) -> None:
         raise
 
 
-class PostgresReader:
+class PostgresReader(SqlReader["PostgresStore"]):
     """Reads of one scope; need no ownership (§4.5)."""
-
-    def __init__(self, store: PostgresStore, scope: Scope) -> None:
-        self._store = store
-        self.scope = scope
 
     async def record(self, run_id: RunID) -> Snapshot:
         """Fold the Run's log: the authoritative read (RUN-CMT-2). Checkpoint.
@@ -364,104 +350,22 @@ class PostgresReader:
                 current writer of the scope is at the same head, and the states differ.
             CorruptRecordError: a stored row does not decode (names Run and position).
         """
-        snap = await self._store._call(log.record, self.scope, run_id)
-        live = self._store._live.get(self.scope)
-        if live is not None:
-            cur = live.get(run_id)
-            if cur is not None and cur.position == snap.position and cur.state != snap.state:
-                raise ProjectionDivergenceError(
-                    f"record of {run_id} differs from the projection", run_id=run_id,
-                    record=snap, projection=cur,
-                )
-        return snap
-
-    async def run_facts(self, run_id: RunID) -> tuple[Fact, ...]:
-        """Every fact of the Run, decoded strictly. Checkpoint.
-
-        Raises: RunNotFoundError, CorruptRecordError.
-        """
-        return await self._store._call(log.run_facts, self.scope, run_id)
-
-    async def read_stream(self, stream: str) -> tuple[StreamRecord, ...]:
-        """Every event of *stream*, payloads decoded; () for an unknown stream.
-
-        Raises: CorruptRecordError.
-        """
-        return await self._store._call(log.read_stream, self.scope, stream)
+        return await super().record(run_id)
 
 
-class PostgresWriter(PostgresReader):
+class PostgresWriter(PostgresReader, SqlWriter["PostgresStore"]):
     """The single writer of a scope at one epoch (obtained from ``PostgresStore.open``)."""
 
     def __init__(self, store: PostgresStore, ws: PgWriterState) -> None:
-        super().__init__(store, ws.scope)
-        self.epoch = ws.epoch
-        self._ws = ws
+        super().__init__(store, ws)
         self._run_store = PostgresRunStore(self)
 
     def run_store(self) -> PostgresRunStore:
         return self._run_store
 
-    def projection(self) -> dict[RunID, Snapshot]:
-        """A copy of the active Runs' snapshots (not a checkpoint)."""
-        return self._ws.copy()
 
-    def active_runs(self) -> tuple[RunID, ...]:
-        return tuple(self._ws.copy())
-
-    async def create_run(
-        self,
-        new_run: NewRun,
-        inputs: Sequence[AgentInput] = (),
-        *,
-        commit_id: str,
-        extra_events: Sequence[ForeignEvent] = (),
-    ) -> CommitResult:
-        """Create a Run plus *extra_events* in one commit (RUN-NEW-1, D-8). Checkpoint.
-
-        Cancellation: see the module docstring.
-        Raises: OwnershipLostError (nothing written), RunExistsError, ValidationError.
-        """
-        return await self._store._submit(
-            self._ws, CreateJob(new_run, inputs, commit_id, extra_events)
-        )
-
-    async def append_events(self, commit_id: str, events: Sequence[ForeignEvent]) -> CommitStatus:
-        """Append foreign events under *commit_id* (§4.8). Checkpoint.
-
-        Raises: OwnershipLostError (nothing written), ValidationError (``run/`` streams,
-        ``twilight/run/`` types, no events, empty commit id).
-        """
-        return await self._store._submit(self._ws, AppendJob(commit_id, events))
-
-    async def commit(self, request: CommitRequest) -> CommitResult:
-        return await self._run_store.commit(request)
-
-    async def aclose(self) -> None:
-        """Nothing to release (the store owns the connections). Checkpoint."""
-        await trio.lowlevel.checkpoint()
-
-
-class PostgresRunStore:
+class PostgresRunStore(SqlRunStore[PostgresWriter]):
     """RunStore bound to a PostgresWriter (RUN-CMT-1)."""
-
-    def __init__(self, writer: PostgresWriter) -> None:
-        self._writer = writer
-
-    @property
-    def scope(self) -> Scope:
-        return self._writer.scope
-
-    async def load(self, run_id: RunID) -> Snapshot:
-        """The projection's snapshot, or the ended snapshot folded from the log.
-
-        Checkpoint. Raises RunNotFoundError, CorruptRecordError.
-        """
-        snap = self._writer._ws.get(run_id)
-        if snap is not None:
-            await trio.lowlevel.checkpoint()
-            return snap
-        return await self._writer._store._call(log.record, self.scope, run_id)
 
     async def commit(self, request: CommitRequest) -> CommitResult:
         """Freeze bodies (§4.2), then evaluate and append in a group transaction (§4.3).
@@ -472,11 +376,4 @@ class PostgresRunStore:
         RunTerminalError, CommandConflictError, StaleRuntimeError, or a psycopg error when
         the transaction failed (unknown outcome: replay once).
         """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        bodies = bodies_of(request.envelope.command)
-        return await self._writer._store._submit(self._writer._ws, CommitJob(request, bodies))
-
-    async def frozen_request(self, digest: Digest) -> ModelRequest:
-        """The frozen model request. Checkpoint. Raises FrozenValueMissingError."""
-        data = await self._writer._store.frozen.get(digest)
-        return model_request_from_json(decode_frozen("model_request", digest, data))
+        return await super().commit(request)

@@ -35,14 +35,11 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..protocol.canonical import decode_frozen
 from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot
-from ..protocol.digests import model_request_from_json
-from ..protocol.errors import ProjectionDivergenceError, ValidationError
-from ..protocol.facts import Fact
-from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
+from ..protocol.errors import ValidationError
+from ..protocol.values import AgentInput, Digest, NewRun, RunID, Scope
 from . import _sqlite_log as log
-from ._freeze import bodies_of
+from ._facade import SqlFrozenStore, SqlReader, SqlRunStore, SqlStoreBase, SqlWriter
 from ._scope import check_frozen
 from ._sqlite_schema import DEFAULT_BUSY_TIMEOUT, connect, ensure_schema
 from ._sqlite_writer import (
@@ -57,7 +54,7 @@ from ._sqlite_writer import (
     WriterStatistics,
     WriterThread,
 )
-from .base import ForeignEvent, StreamRecord
+from .base import ForeignEvent
 
 __all__ = [
     "open_sqlite_store", "SqliteStore", "SqliteWriter", "SqliteReader", "SqliteRunStore",
@@ -111,11 +108,8 @@ class _ReaderPool:
             conn.close()
 
 
-class SqliteFrozenStore:
+class SqliteFrozenStore(SqlFrozenStore["SqliteStore"]):
     """FrozenStore in the ``frozen`` table (RUN-WIR-4)."""
-
-    def __init__(self, store: SqliteStore) -> None:
-        self._store = store
 
     async def put(self, digest: Digest, data: bytes) -> None:
         """Store *data* under *digest* durably; idempotent. Checkpoint.
@@ -127,13 +121,11 @@ class SqliteFrozenStore:
         check_frozen(digest, data)
         await self._store._submit(PutJob(digest, bytes(data)))
 
-    async def get(self, digest: Digest) -> bytes:
-        """The stored bytes. Checkpoint. Raises FrozenValueMissingError if absent."""
-        return await self._store._readers.run(log.frozen_get, digest)
 
-
-class SqliteStore:
+class SqliteStore(SqlStoreBase[WriterState]):
     """A SessionStore in one SQLite file. Obtain it from :func:`open_sqlite_store`."""
+
+    _log = log
 
     def __init__(self, path: str, writer: WriterThread, readers: _ReaderPool) -> None:
         self.path = path
@@ -172,6 +164,25 @@ class SqliteStore:
         await job.done.wait()
         return job.outcome()
 
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._readers.run(fn, *args)
+
+    async def _create_run(
+        self, ws: WriterState, new_run: NewRun, inputs: Sequence[AgentInput], commit_id: str,
+        extra_events: Sequence[ForeignEvent],
+    ) -> CommitResult:
+        return await self._submit(CreateJob(ws, new_run, inputs, commit_id, extra_events))
+
+    async def _append_events(
+        self, ws: WriterState, commit_id: str, events: Sequence[ForeignEvent]
+    ) -> CommitStatus:
+        return await self._submit(AppendJob(ws, commit_id, events))
+
+    async def _commit(
+        self, ws: WriterState, request: CommitRequest, bodies: tuple[tuple[Digest, bytes], ...]
+    ) -> CommitResult:
+        return await self._submit(CommitJob(ws, request, bodies))
+
     async def open(self, scope: Scope) -> SqliteWriter:
         """Bump *scope*'s persisted epoch and return its writer (RUN-CMT-6). Checkpoint.
 
@@ -197,14 +208,6 @@ class SqliteStore:
         """A reader of *scope*; needs no ownership. Checkpoint."""
         await trio.lowlevel.checkpoint()
         return SqliteReader(self, scope)
-
-    async def cached_projection(self, scope: Scope) -> dict[RunID, Snapshot]:
-        """The durable projection cache of *scope* (for tests and diagnostics)."""
-        return await self._readers.run(log.read_cache, scope)
-
-    async def scope_epoch(self, scope: Scope) -> int:
-        """The persisted epoch of *scope* (0 if never opened). Checkpoint."""
-        return await self._readers.run(log.read_epoch, scope)
 
     async def aclose(self) -> None:
         """Stop the writer thread after the queued jobs, and close every connection.
@@ -261,12 +264,8 @@ def _open_writer_connection(path: str, busy_timeout: float) -> Any:
     return conn
 
 
-class SqliteReader:
+class SqliteReader(SqlReader["SqliteStore"]):
     """Reads of one scope; need no ownership (§4.5)."""
-
-    def __init__(self, store: SqliteStore, scope: Scope) -> None:
-        self._store = store
-        self.scope = scope
 
     async def record(self, run_id: RunID) -> Snapshot:
         """Fold the Run's log: the authoritative read (RUN-CMT-2). Checkpoint.
@@ -277,104 +276,22 @@ class SqliteReader:
                 process's current writer is at the same head, and the states differ.
             CorruptRecordError: a stored row does not decode (names Run and position).
         """
-        snap = await self._store._readers.run(log.record, self.scope, run_id)
-        live = self._store._live.get(self.scope)
-        if live is not None:
-            cur = live.get(run_id)
-            if cur is not None and cur.position == snap.position and cur.state != snap.state:
-                raise ProjectionDivergenceError(
-                    f"record of {run_id} differs from the projection", run_id=run_id,
-                    record=snap, projection=cur,
-                )
-        return snap
-
-    async def run_facts(self, run_id: RunID) -> tuple[Fact, ...]:
-        """Every fact of the Run, decoded strictly. Checkpoint.
-
-        Raises: RunNotFoundError, CorruptRecordError.
-        """
-        return await self._store._readers.run(log.run_facts, self.scope, run_id)
-
-    async def read_stream(self, stream: str) -> tuple[StreamRecord, ...]:
-        """Every event of *stream*, payloads decoded; () for an unknown stream.
-
-        Raises: CorruptRecordError.
-        """
-        return await self._store._readers.run(log.read_stream, self.scope, stream)
+        return await super().record(run_id)
 
 
-class SqliteWriter(SqliteReader):
+class SqliteWriter(SqliteReader, SqlWriter["SqliteStore"]):
     """The single writer of a scope at one epoch (obtained from ``SqliteStore.open``)."""
 
     def __init__(self, store: SqliteStore, ws: WriterState) -> None:
-        super().__init__(store, ws.scope)
-        self.epoch = ws.epoch
-        self._ws = ws
+        super().__init__(store, ws)
         self._run_store = SqliteRunStore(self)
 
     def run_store(self) -> SqliteRunStore:
         return self._run_store
 
-    def projection(self) -> dict[RunID, Snapshot]:
-        """A copy of the active Runs' snapshots (not a checkpoint)."""
-        return self._ws.copy()
 
-    def active_runs(self) -> tuple[RunID, ...]:
-        return tuple(self._ws.copy())
-
-    async def create_run(
-        self,
-        new_run: NewRun,
-        inputs: Sequence[AgentInput] = (),
-        *,
-        commit_id: str,
-        extra_events: Sequence[ForeignEvent] = (),
-    ) -> CommitResult:
-        """Create a Run plus *extra_events* in one commit (RUN-NEW-1, D-8). Checkpoint.
-
-        Cancellation: see the module docstring.
-        Raises: OwnershipLostError (nothing written), RunExistsError, ValidationError.
-        """
-        return await self._store._submit(
-            CreateJob(self._ws, new_run, inputs, commit_id, extra_events)
-        )
-
-    async def append_events(self, commit_id: str, events: Sequence[ForeignEvent]) -> CommitStatus:
-        """Append foreign events under *commit_id* (§4.8). Checkpoint.
-
-        Raises: OwnershipLostError (nothing written), ValidationError (``run/`` streams,
-        ``twilight/run/`` types, no events, empty commit id).
-        """
-        return await self._store._submit(AppendJob(self._ws, commit_id, events))
-
-    async def commit(self, request: CommitRequest) -> CommitResult:
-        return await self._run_store.commit(request)
-
-    async def aclose(self) -> None:
-        """Nothing to release (the store owns the connections). Checkpoint."""
-        await trio.lowlevel.checkpoint()
-
-
-class SqliteRunStore:
+class SqliteRunStore(SqlRunStore[SqliteWriter]):
     """RunStore bound to a SqliteWriter (RUN-CMT-1)."""
-
-    def __init__(self, writer: SqliteWriter) -> None:
-        self._writer = writer
-
-    @property
-    def scope(self) -> Scope:
-        return self._writer.scope
-
-    async def load(self, run_id: RunID) -> Snapshot:
-        """The projection's snapshot, or the ended snapshot folded from the log.
-
-        Checkpoint. Raises RunNotFoundError, CorruptRecordError.
-        """
-        snap = self._writer._ws.get(run_id)
-        if snap is not None:
-            await trio.lowlevel.checkpoint()
-            return snap
-        return await self._writer._store._readers.run(log.record, self.scope, run_id)
 
     async def commit(self, request: CommitRequest) -> CommitResult:
         """Freeze bodies (§4.2), then evaluate and append in a group transaction (§4.3).
@@ -385,12 +302,4 @@ class SqliteRunStore:
         RunTerminalError, CommandConflictError, StaleRuntimeError, or an ``sqlite3``
         error when the transaction failed (unknown outcome: replay once).
         """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        bodies = bodies_of(request.envelope.command)
-        ws = self._writer._ws
-        return await self._writer._store._submit(CommitJob(ws, request, bodies))
-
-    async def frozen_request(self, digest: Digest) -> ModelRequest:
-        """The frozen model request. Checkpoint. Raises FrozenValueMissingError."""
-        data = await self._writer._store.frozen.get(digest)
-        return model_request_from_json(decode_frozen("model_request", digest, data))
+        return await super().commit(request)

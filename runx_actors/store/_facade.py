@@ -1,0 +1,229 @@
+"""The SessionStore facades both SQL stores share (architecture §4; spec §4.5).
+
+:class:`SqlReader`, :class:`SqlWriter`, :class:`SqlRunStore` and :class:`SqlFrozenStore`
+are the same code over either store: they reach the database only through the small
+backend interface of :class:`SqlStoreBase`: ``_call`` runs a function of the backend's
+log module (``_log``) on a connection in a worker thread, and ``_create_run`` /
+``_append_events`` / ``_commit`` queue a writer's job and wait for its answer. The
+backends (``sqlite``, ``postgres``) subclass them, naming their own types and keeping the
+docstrings that name their own errors. "The module docstring" in the docstrings below is
+the backend's (``runx_actors.store.sqlite``, ``runx_actors.store.postgres``): it says how
+a cancelled write behaves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
+
+import trio
+
+from ..protocol.canonical import decode_frozen
+from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot
+from ..protocol.digests import model_request_from_json
+from ..protocol.facts import Fact
+from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
+from ._freeze import bodies_of
+from ._group import WriterStateBase
+from ._scope import check_divergence
+from .base import ForeignEvent, StreamRecord
+
+__all__ = [
+    "LogReads", "SqlStoreBase", "SqlFrozenStore", "SqlReader", "SqlWriter", "SqlRunStore",
+]
+
+T = TypeVar("T")
+WS = TypeVar("WS", bound=WriterStateBase)
+S = TypeVar("S", bound="SqlStoreBase[Any]")
+
+
+class LogReads(Protocol):
+    """The reads of a backend's log module (``_sqlite_log``, ``_pg_log``) the facades use."""
+
+    def record(self, conn: Any, scope: Scope, run_id: RunID) -> Snapshot: ...
+
+    def run_facts(
+        self, conn: Any, scope: Scope, run_id: RunID, *, start: int = ...,
+        stop: int | None = ...,
+    ) -> tuple[Fact, ...]: ...
+
+    def read_stream(self, conn: Any, scope: Scope, stream: str) -> tuple[StreamRecord, ...]:
+        ...
+
+    def read_cache(self, conn: Any, scope: Scope) -> dict[RunID, Snapshot]: ...
+
+    def read_epoch(self, conn: Any, scope: Scope) -> int: ...
+
+    def frozen_get(self, conn: Any, digest: Digest) -> bytes: ...
+
+
+class SqlStoreBase(Generic[WS]):
+    """The backend interface of the facades, plus the store methods that are the same."""
+
+    _log: LogReads
+    #: The current writer of each scope this store opened (for the divergence check).
+    _live: dict[Scope, WS]
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(conn, *args)`` on a connection in a worker thread. Checkpoint."""
+        raise NotImplementedError
+
+    async def _create_run(
+        self, ws: WS, new_run: NewRun, inputs: Sequence[AgentInput], commit_id: str,
+        extra_events: Sequence[ForeignEvent],
+    ) -> CommitResult:
+        raise NotImplementedError
+
+    async def _append_events(
+        self, ws: WS, commit_id: str, events: Sequence[ForeignEvent]
+    ) -> CommitStatus:
+        raise NotImplementedError
+
+    async def _commit(
+        self, ws: WS, request: CommitRequest, bodies: tuple[tuple[Digest, bytes], ...]
+    ) -> CommitResult:
+        raise NotImplementedError
+
+    @property
+    def frozen(self) -> SqlFrozenStore[Any]:
+        raise NotImplementedError
+
+    async def cached_projection(self, scope: Scope) -> dict[RunID, Snapshot]:
+        """The durable projection cache of *scope* (for tests and diagnostics)."""
+        return await self._call(self._log.read_cache, scope)
+
+    async def scope_epoch(self, scope: Scope) -> int:
+        """The persisted epoch of *scope* (0 if never opened). Checkpoint."""
+        return await self._call(self._log.read_epoch, scope)
+
+
+class SqlFrozenStore(Generic[S]):
+    """FrozenStore in the ``frozen`` table (RUN-WIR-4); ``put`` is the backend's."""
+
+    def __init__(self, store: S) -> None:
+        self._store = store
+
+    async def get(self, digest: Digest) -> bytes:
+        """The stored bytes. Checkpoint. Raises FrozenValueMissingError if absent."""
+        return await self._store._call(self._store._log.frozen_get, digest)
+
+
+class SqlReader(Generic[S]):
+    """Reads of one scope; need no ownership (§4.5)."""
+
+    def __init__(self, store: S, scope: Scope) -> None:
+        self._store = store
+        self.scope = scope
+
+    async def record(self, run_id: RunID) -> Snapshot:
+        """The folded log, checked against the live writer's projection (documented by
+        each backend's reader)."""
+        store = self._store
+        snap = await store._call(store._log.record, self.scope, run_id)
+        live = store._live.get(self.scope)
+        if live is not None:
+            check_divergence(run_id, snap, live.get(run_id))
+        return snap
+
+    async def run_facts(self, run_id: RunID) -> tuple[Fact, ...]:
+        """Every fact of the Run, decoded strictly. Checkpoint.
+
+        Raises: RunNotFoundError, CorruptRecordError.
+        """
+        return await self._store._call(self._store._log.run_facts, self.scope, run_id)
+
+    async def read_stream(self, stream: str) -> tuple[StreamRecord, ...]:
+        """Every event of *stream*, payloads decoded; () for an unknown stream.
+
+        Raises: CorruptRecordError.
+        """
+        return await self._store._call(self._store._log.read_stream, self.scope, stream)
+
+
+class SqlWriter(SqlReader[S]):
+    """The single writer of a scope at one epoch; ``run_store`` is the backend's."""
+
+    def __init__(self, store: S, ws: WriterStateBase) -> None:
+        super().__init__(store, ws.scope)
+        self.epoch = ws.epoch
+        self._ws = ws
+
+    def run_store(self) -> SqlRunStore[Any]:
+        raise NotImplementedError
+
+    def projection(self) -> dict[RunID, Snapshot]:
+        """A copy of the active Runs' snapshots (not a checkpoint)."""
+        return self._ws.copy()
+
+    def active_runs(self) -> tuple[RunID, ...]:
+        return tuple(self._ws.copy())
+
+    async def create_run(
+        self,
+        new_run: NewRun,
+        inputs: Sequence[AgentInput] = (),
+        *,
+        commit_id: str,
+        extra_events: Sequence[ForeignEvent] = (),
+    ) -> CommitResult:
+        """Create a Run plus *extra_events* in one commit (RUN-NEW-1, D-8). Checkpoint.
+
+        Cancellation: see the module docstring.
+        Raises: OwnershipLostError (nothing written), RunExistsError, ValidationError.
+        """
+        return await self._store._create_run(self._ws, new_run, inputs, commit_id,
+                                             extra_events)
+
+    async def append_events(self, commit_id: str, events: Sequence[ForeignEvent]) -> CommitStatus:
+        """Append foreign events under *commit_id* (§4.8). Checkpoint.
+
+        Raises: OwnershipLostError (nothing written), ValidationError (``run/`` streams,
+        ``twilight/run/`` types, no events, empty commit id).
+        """
+        return await self._store._append_events(self._ws, commit_id, events)
+
+    async def commit(self, request: CommitRequest) -> CommitResult:
+        return await self.run_store().commit(request)
+
+    async def aclose(self) -> None:
+        """Nothing to release (the store owns the connections). Checkpoint."""
+        await trio.lowlevel.checkpoint()
+
+
+W = TypeVar("W", bound=SqlWriter[Any])
+
+
+class SqlRunStore(Generic[W]):
+    """RunStore bound to a writer (RUN-CMT-1)."""
+
+    def __init__(self, writer: W) -> None:
+        self._writer = writer
+
+    @property
+    def scope(self) -> Scope:
+        return self._writer.scope
+
+    async def load(self, run_id: RunID) -> Snapshot:
+        """The projection's snapshot, or the ended snapshot folded from the log.
+
+        Checkpoint. Raises RunNotFoundError, CorruptRecordError.
+        """
+        snap = self._writer._ws.get(run_id)
+        if snap is not None:
+            await trio.lowlevel.checkpoint()
+            return snap
+        store: SqlStoreBase[Any] = self._writer._store
+        return await store._call(store._log.record, self.scope, run_id)
+
+    async def commit(self, request: CommitRequest) -> CommitResult:
+        """Freeze the bodies, then queue the commit (documented by each backend's run
+        store: the errors name the driver)."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        bodies = bodies_of(request.envelope.command)
+        store: SqlStoreBase[Any] = self._writer._store
+        return await store._commit(self._writer._ws, request, bodies)
+
+    async def frozen_request(self, digest: Digest) -> ModelRequest:
+        """The frozen model request. Checkpoint. Raises FrozenValueMissingError."""
+        data = await self._writer._store.frozen.get(digest)
+        return model_request_from_json(decode_frozen("model_request", digest, data))
