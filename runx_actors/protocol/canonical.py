@@ -83,7 +83,7 @@ def _prepare(value: object) -> object:
         _check_text(value, "string")  # type: ignore[arg-type]
         return value
     if t is dict:
-        return _prepare_dict(value)  # type: ignore[arg-type]
+        return _prepare_mapping(value)  # type: ignore[arg-type]
     if t is list:
         return [_prepare(item) for item in value]  # type: ignore[attr-defined]
     if t is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:  # type: ignore[operator]
@@ -115,15 +115,14 @@ def _finite(value: float) -> float:
     return value
 
 
-def _prepare_dict(value: dict[object, object]) -> dict[str, object]:
-    """``_prepare_container`` of an exact ``dict`` (same checks, same order)."""
+def _prepare_mapping(value: Mapping[object, object]) -> dict[str, object]:
+    """A JSON object: string keys (checked like text), values prepared in order."""
     out: dict[str, object] = {}
     for key, item in value.items():
-        if type(key) is not str:
-            if not isinstance(key, str):
-                raise CanonicalJSONError(
-                    f"object key {key!r} is not a string", reason="non_string_key"
-                )
+        if type(key) is not str and not isinstance(key, str):
+            raise CanonicalJSONError(
+                f"object key {key!r} is not a string", reason="non_string_key"
+            )
         _check_text(key, "object key")
         out[key] = _prepare(item)
     return out
@@ -133,15 +132,7 @@ def _prepare_container(value: object) -> object:
     if isinstance(value, (list, tuple)):
         return [_prepare(item) for item in value]
     if isinstance(value, Mapping):
-        out: dict[str, object] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise CanonicalJSONError(
-                    f"object key {key!r} is not a string", reason="non_string_key"
-                )
-            _check_text(key, "object key")
-            out[key] = _prepare(item)
-        return out
+        return _prepare_mapping(value)
     raise CanonicalJSONError(
         f"{type(value).__name__} is not a JSON value", reason="unsupported_type"
     )
