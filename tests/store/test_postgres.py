@@ -1,13 +1,12 @@
 """PostgreSQL-specific behaviour: fencing between store instances ("hosts"), replay after a
 lost response, group commit under concurrency, corruption, schema, and the runtime end to
 end. The server comes from the session fixture in ``conftest.py``; every test works in a
-fresh schema."""
+fresh schema. What both SQL stores share is in ``test_sql_stores.py``."""
 
 from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +21,11 @@ except ImportError:  # pragma: no cover - without the dev extra
         raise  # CI must not skip the PostgreSQL tests
     pytest.skip("psycopg is not installed (pip install -e '.[dev]')", allow_module_level=True)
 
+from sql_store_helpers import SCOPE, TIMEOUT
+from sql_store_helpers import Gate as _Gate
+from sql_store_helpers import commit as _commit
+from sql_store_helpers import create as _create
+
 from runx_actors.executors import (
     call_tools,
     open_local_executor,
@@ -29,19 +33,14 @@ from runx_actors.executors import (
     reply,
     tool_call,
 )
-from runx_actors.protocol.commit import (
-    CommitRequest,
-    CommitResult,
-    CommitStatus,
-    envelope,
-)
+from runx_actors.protocol.commit import CommitResult, CommitStatus
 from runx_actors.protocol.errors import (
     CorruptRecordError,
     OwnershipLostError,
     RunNotFoundError,
     SchemaVersionError,
 )
-from runx_actors.protocol.values import NewRun, RunStatus
+from runx_actors.protocol.values import RunStatus
 from runx_actors.runtime import LoopDisposition, open_runtime
 from runx_actors.store.base import ForeignEvent
 from runx_actors.store.postgres import (
@@ -50,25 +49,8 @@ from runx_actors.store.postgres import (
     open_postgres_store,
 )
 from runx_actors.testing import builders as b
-from runx_actors.testing.builders import Built
-
-SCOPE = "s"
-TIMEOUT = 30.0
 
 NewSchema = Callable[[], str]
-
-
-async def _create(w: PostgresWriter, run_id: str, *inputs: str) -> CommitResult:
-    return await w.create_run(NewRun(run_id), [b.agent_input(i) for i in inputs],
-                              commit_id=f"create:{run_id}")
-
-
-async def _commit(w: PostgresWriter, run_id: str, built: Built, base: int | None = None
-                  ) -> CommitResult:
-    rs = w.run_store()
-    if base is None:
-        base = (await rs.load(run_id)).position
-    return await rs.commit(CommitRequest(base, envelope(run_id, *built)))
 
 
 def _sql(dsn: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -80,22 +62,6 @@ def _sql(dsn: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
 async def _count(dsn: str, table: str) -> int:
     rows = await trio.to_thread.run_sync(_sql, dsn, f"SELECT count(*) FROM {table}")
     return int(rows[0][0])
-
-
-class _Gate:
-    """A before-commit hook that holds a group's transaction open."""
-
-    def __init__(self) -> None:
-        self.reached = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self) -> None:
-        self.reached.set()
-        if not self.release.wait(TIMEOUT):
-            raise RuntimeError("gate never released")
-
-    async def wait_reached(self) -> None:
-        assert await trio.to_thread.run_sync(self.reached.wait, TIMEOUT)
 
 
 class _LostResponse(Exception):
@@ -241,59 +207,6 @@ async def test_replay_on_another_host_after_crash(postgres_schema: NewSchema) ->
         assert replay.facts == first.facts and replay.snapshot == first.snapshot
 
 
-async def test_failed_transaction_writes_nothing(postgres_schema: NewSchema) -> None:
-    async with open_postgres_store(postgres_schema()) as store:
-        w = await store.open(SCOPE)
-        await _create(w, "run-0", "in-1")
-        snap = await w.run_store().load("run-0")
-        built = b.accept_input(snap.state, "in-2")
-
-        def explode() -> None:
-            raise RuntimeError("disk on fire")
-
-        store.set_before_commit_hook(explode)
-        with pytest.raises(RuntimeError, match="disk on fire"):
-            await _commit(w, "run-0", built)
-        store.set_before_commit_hook(None)
-        assert w.projection()["run-0"] == snap == await w.record("run-0")
-        assert (await _commit(w, "run-0", built)).status is CommitStatus.ACCEPTED
-
-
-async def test_cancelled_caller_commit_still_happens(postgres_schema: NewSchema) -> None:
-    async with open_postgres_store(postgres_schema()) as store:
-        w = await store.open(SCOPE)
-        await _create(w, "run-0", "in-1")
-        built = b.accept_input((await w.run_store().load("run-0")).state, "in-2")
-        jobs = store.statistics().jobs
-        with trio.CancelScope() as early:
-            early.cancel()
-            await _commit(w, "run-0", built, base=1)
-        assert early.cancelled_caught
-        assert store.statistics().jobs == jobs
-
-        gate = _Gate()
-        store.set_before_commit_hook(gate)
-        with trio.fail_after(TIMEOUT):
-            async with trio.open_nursery() as nursery:
-                scope = trio.CancelScope()
-
-                async def caller() -> None:
-                    with scope:
-                        await _commit(w, "run-0", built, base=1)
-
-                nursery.start_soon(caller)
-                await gate.wait_reached()
-                scope.cancel()
-                await trio.testing.wait_all_tasks_blocked()
-                store.set_before_commit_hook(None)
-                gate.release.set()
-        assert scope.cancelled_caught
-        with trio.fail_after(TIMEOUT):
-            replay = await _commit(w, "run-0", built)
-        assert replay.status is CommitStatus.ALREADY_APPLIED
-        assert replay.snapshot.position == 2
-
-
 # -- concurrency ----------------------------------------------------------------------------
 
 
@@ -332,42 +245,7 @@ async def test_concurrent_commits_of_many_runs(postgres_schema: NewSchema) -> No
                 assert record == w.projection()[run_id] == results[w.scope, run_id].snapshot
 
 
-async def test_one_run_twice_in_one_group(postgres_schema: NewSchema) -> None:
-    """Jobs of one group see each other: a duplicate replays, a second command builds on
-    the first one's snapshot."""
-    async with open_postgres_store(postgres_schema()) as store:
-        w = await store.open(SCOPE)
-        await _create(w, "run-0", "in-1")
-        await _create(w, "run-1", "in-1")
-        state = (await w.run_store().load("run-1")).state
-        gate = _Gate()
-        store.set_before_commit_hook(gate)
-        results: list[CommitResult] = []
-
-        async def send(built: Built, run_id: str = "run-1") -> None:
-            results.append(await _commit(w, run_id, built, base=0))
-
-        with trio.fail_after(TIMEOUT):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(send, b.accept_input(
-                    (await w.run_store().load("run-0")).state, "x"), "run-0")
-                await gate.wait_reached()
-                before = store.statistics()
-                for built in (b.accept_input(state, "a"), b.accept_input(state, "a"),
-                              b.accept_input(state, "b")):
-                    nursery.start_soon(send, built)
-                    await trio.testing.wait_all_tasks_blocked()
-                store.set_before_commit_hook(None)
-                gate.release.set()
-        assert store.statistics().transactions - before.transactions == 2
-        by_status = sorted((r.status.value, r.snapshot.position) for r in results[1:])
-        assert by_status == [("accepted", 2), ("accepted", 3), ("already_applied", 2)]
-        record = await w.record("run-1")
-        assert [i.id for i in record.state.pending_inputs] == ["in-1", "a", "b"]
-        assert w.projection()["run-1"] == record
-
-
-# -- corruption, schema, reopen -------------------------------------------------------------
+# -- corruption, schema, close --------------------------------------------------------------
 
 
 async def test_corrupt_row_is_named(postgres_schema: NewSchema) -> None:
@@ -396,40 +274,6 @@ async def test_corrupt_row_is_named(postgres_schema: NewSchema) -> None:
         with pytest.raises(CorruptRecordError) as err:
             await reader.read_stream("app/notes")
         assert (err.value.stream, err.value.position) == ("app/notes", 0)  # type: ignore[attr-defined]
-
-
-async def test_corrupt_cache_is_ignored(postgres_schema: NewSchema) -> None:
-    dsn = postgres_schema()
-    async with open_postgres_store(dsn) as store:
-        w = await store.open(SCOPE)
-        await _create(w, "run-1", "in-1")
-        snap = await w.run_store().load("run-1")
-        await _commit(w, "run-1", b.prepare(snap.state, snap.position))
-        expected = w.projection()
-    await trio.to_thread.run_sync(_sql, dsn, "UPDATE projection_cache SET state = '\\x00'")
-    async with open_postgres_store(dsn) as store:
-        assert (await store.open(SCOPE)).projection() == expected
-
-
-async def test_reopen_rebuilds_projection_and_keeps_epoch(postgres_schema: NewSchema) -> None:
-    dsn = postgres_schema()
-    async with open_postgres_store(dsn) as store:
-        w = await store.open(SCOPE)
-        await _create(w, "open", "in-1")
-        await _create(w, "mid", "in-1")
-        snap = await w.run_store().load("mid")
-        await _commit(w, "mid", b.prepare(snap.state, snap.position))
-        await _commit(w, "mid", b.start_model((await w.run_store().load("mid")).state))
-        await _create(w, "ended")
-        await _commit(w, "ended", b.cancel(command_id="cancel:ended"))
-        expected, epoch = w.projection(), w.epoch
-    async with open_postgres_store(dsn) as store:
-        assert await store.scope_epoch(SCOPE) == epoch
-        w = await store.open(SCOPE)
-        assert w.epoch == epoch + 1
-        assert w.projection() == expected
-        assert set(w.active_runs()) == {"open", "mid"}
-        assert (await w.run_store().load("ended")).state.status is RunStatus.STOPPED
 
 
 async def test_schema_is_checked(postgres_schema: NewSchema) -> None:

@@ -1,4 +1,5 @@
-"""SQLite-specific behaviour: schema, corruption, two processes, group commit, durability."""
+"""SQLite-specific behaviour: schema, corruption, the writer thread, group commit, two
+processes. What both SQL stores share is in ``test_sql_stores.py``."""
 
 from __future__ import annotations
 
@@ -8,20 +9,22 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+from sql_store_helpers import SCOPE, TIMEOUT
+from sql_store_helpers import Gate as _Gate
+from sql_store_helpers import commit as _commit
+from sql_store_helpers import create as _create
+from sql_store_helpers import runs as _runs
 
 from runx_actors.protocol.commit import (
-    CommitRequest,
     CommitResult,
     CommitStatus,
     create_group,
-    envelope,
     fold_run,
 )
 from runx_actors.protocol.errors import (
@@ -36,45 +39,13 @@ from runx_actors.protocol.errors import (
 )
 from runx_actors.protocol.values import NewRun, RunStatus
 from runx_actors.store.base import ForeignEvent
-from runx_actors.store.sqlite import SqliteStore, SqliteWriter, open_sqlite_store
+from runx_actors.store.sqlite import SqliteStore, open_sqlite_store
 from runx_actors.testing import builders as b
 from runx_actors.testing.builders import Built
-
-SCOPE = "s"
-TIMEOUT = 30.0
-
-
-async def _create(w: SqliteWriter, run_id: str, *inputs: str) -> CommitResult:
-    return await w.create_run(NewRun(run_id), [b.agent_input(i) for i in inputs],
-                              commit_id=f"create:{run_id}")
-
-
-async def _commit(w: SqliteWriter, run_id: str, built: Built, base: int | None = None
-                  ) -> CommitResult:
-    rs = w.run_store()
-    if base is None:
-        base = (await rs.load(run_id)).position
-    return await rs.commit(CommitRequest(base, envelope(run_id, *built)))
 
 
 def _raw(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(str(path), isolation_level=None)
-
-
-class _Gate:
-    """A before-commit hook that holds the writer thread's transaction open."""
-
-    def __init__(self) -> None:
-        self.reached = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self) -> None:
-        self.reached.set()
-        if not self.release.wait(TIMEOUT):
-            raise RuntimeError("gate never released")
-
-    async def wait_reached(self) -> None:
-        assert await trio.to_thread.run_sync(self.reached.wait, TIMEOUT)
 
 
 # -- schema and corruption ---------------------------------------------------------------
@@ -121,46 +92,6 @@ async def test_corrupt_row_is_named(tmp_path: Path) -> None:
         assert (err.value.run_id, err.value.position) == ("run-2", 1)  # type: ignore[attr-defined]
 
 
-async def test_corrupt_cache_is_ignored(tmp_path: Path) -> None:
-    path = tmp_path / "db"
-    async with open_sqlite_store(path) as store:
-        w = await store.open(SCOPE)
-        await _create(w, "run-1", "in-1")
-        snap = (await w.run_store().load("run-1"))
-        await _commit(w, "run-1", b.prepare(snap.state, snap.position))
-        expected = w.projection()
-    with _raw(path) as conn:
-        assert conn.execute("UPDATE projection_cache SET state = x'00'").rowcount == 1
-    async with open_sqlite_store(path) as store:
-        w = await store.open(SCOPE)
-        assert w.projection() == expected
-
-
-# -- durability across reopen --------------------------------------------------------------
-
-
-async def test_reopen_rebuilds_projection_and_keeps_epoch(tmp_path: Path) -> None:
-    path = tmp_path / "db"
-    async with open_sqlite_store(path) as store:
-        w = await store.open(SCOPE)
-        await _create(w, "open", "in-1")
-        await _create(w, "mid", "in-1")
-        snap = await w.run_store().load("mid")
-        await _commit(w, "mid", b.prepare(snap.state, snap.position))
-        await _commit(w, "mid", b.start_model((await w.run_store().load("mid")).state))
-        await _create(w, "ended")
-        await _commit(w, "ended", b.cancel(command_id="cancel:ended"))
-        expected, epoch = w.projection(), w.epoch
-    async with open_sqlite_store(path) as store:
-        assert await store.scope_epoch(SCOPE) == epoch
-        w = await store.open(SCOPE)
-        assert w.epoch == epoch + 1
-        assert w.projection() == expected
-        assert set(w.active_runs()) == {"open", "mid"}
-        ended = await w.run_store().load("ended")
-        assert ended.state.status is RunStatus.STOPPED
-
-
 # -- the writer thread ---------------------------------------------------------------------
 
 
@@ -172,13 +103,6 @@ async def test_writer_thread_is_owned(tmp_path: Path) -> None:
     assert not thread.is_alive()
     with pytest.raises(trio.ClosedResourceError):
         await _create(w, "run-1")
-
-
-async def _runs(store: SqliteStore, n: int) -> SqliteWriter:
-    w = await store.open(SCOPE)
-    for i in range(n):
-        await _create(w, f"run-{i}", "in-1")
-    return w
 
 
 async def test_group_commit_groups_and_answers_after_commit(tmp_path: Path) -> None:
@@ -262,97 +186,6 @@ async def test_refused_request_does_not_affect_its_group(tmp_path: Path) -> None
         assert after.transactions - before.transactions == 2
         positions = {r: (await (await store.reader(SCOPE)).record(r)).position for r in states}
         assert positions == {"run-0": 2, "run-1": 1, "run-2": 2, "run-3": 1}
-
-
-async def test_one_run_twice_in_one_group(tmp_path: Path) -> None:
-    """Jobs of one group see each other: a duplicate replays, a second command builds on
-    the first one's snapshot (the running view)."""
-    async with open_sqlite_store(tmp_path / "db") as store:
-        w = await _runs(store, 2)
-        state = (await w.run_store().load("run-1")).state
-        gate = _Gate()
-        store.set_before_commit_hook(gate)
-        results: list[CommitResult] = []
-
-        async def send(built: Built, run_id: str = "run-1") -> None:
-            results.append(await _commit(w, run_id, built, base=0))
-
-        with trio.fail_after(TIMEOUT):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(send, b.accept_input(
-                    (await w.run_store().load("run-0")).state, "x"), "run-0")
-                await gate.wait_reached()
-                before = store.statistics()
-                for built in (b.accept_input(state, "a"), b.accept_input(state, "a"),
-                              b.accept_input(state, "b")):
-                    nursery.start_soon(send, built)
-                    await trio.testing.wait_all_tasks_blocked()
-                store.set_before_commit_hook(None)
-                gate.release.set()
-        assert store.statistics().transactions - before.transactions == 2
-        by_status = sorted((r.status.value, r.snapshot.position) for r in results[1:])
-        # Queued in the order a, a, b: the duplicate replays against the running view.
-        assert by_status == [("accepted", 2), ("accepted", 3), ("already_applied", 2)]
-        record = await w.record("run-1")
-        assert [i.id for i in record.state.pending_inputs] == ["in-1", "a", "b"]
-        assert w.projection()["run-1"] == record
-
-
-async def test_failed_transaction_writes_nothing(tmp_path: Path) -> None:
-    async with open_sqlite_store(tmp_path / "db") as store:
-        w = await _runs(store, 1)
-        snap = await w.run_store().load("run-0")
-        built = b.accept_input(snap.state, "in-2")
-
-        def explode() -> None:
-            raise RuntimeError("disk on fire")
-
-        store.set_before_commit_hook(explode)
-        with pytest.raises(RuntimeError, match="disk on fire"):
-            await _commit(w, "run-0", built)
-        store.set_before_commit_hook(None)
-        assert w.projection()["run-0"] == snap
-        assert (await w.record("run-0")) == snap
-        assert store.statistics().failed_transactions == 1
-        # Unknown outcome → replay once with the same id: it was not applied.
-        assert (await _commit(w, "run-0", built)).status is CommitStatus.ACCEPTED
-
-
-async def test_cancelled_caller_commit_still_happens(tmp_path: Path) -> None:
-    async with open_sqlite_store(tmp_path / "db") as store:
-        w = await _runs(store, 1)
-        built = b.accept_input((await w.run_store().load("run-0")).state, "in-2")
-        # Cancelled before it is queued: nothing happens.
-        jobs = store.statistics().jobs
-        with trio.CancelScope() as early:
-            early.cancel()
-            await _commit(w, "run-0", built, base=1)
-        assert early.cancelled_caught
-        assert store.statistics().jobs == jobs
-        assert (await w.run_store().load("run-0")).position == 1
-
-        gate = _Gate()
-        store.set_before_commit_hook(gate)
-        with trio.fail_after(TIMEOUT):
-            async with trio.open_nursery() as nursery:
-                scope = trio.CancelScope()
-
-                async def caller() -> None:
-                    with scope:
-                        await _commit(w, "run-0", built, base=1)
-
-                nursery.start_soon(caller)
-                await gate.wait_reached()
-                scope.cancel()
-                await trio.testing.wait_all_tasks_blocked()
-                store.set_before_commit_hook(None)
-                gate.release.set()
-        assert scope.cancelled_caught
-        # Queued means carried out: the replay reports it.
-        with trio.fail_after(TIMEOUT):
-            replay = await _commit(w, "run-0", built)
-        assert replay.status is CommitStatus.ALREADY_APPLIED
-        assert replay.snapshot.position == 2
 
 
 # -- two processes -------------------------------------------------------------------------
