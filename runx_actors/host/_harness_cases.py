@@ -31,6 +31,7 @@ from cattrs.errors import (
 )
 
 from ..protocol.errors import RunxError
+from ._strict import strict_converter
 
 __all__ = [
     "RETIRED_RECEIPT_KEYS",
@@ -209,15 +210,9 @@ class FixtureFile:
 # -- the converter -----------------------------------------------------------------------
 
 
-def _strict(kind: type, what: str) -> Any:
-    def hook(value: Any, _: Any) -> Any:
-        if isinstance(value, bool) and kind is not bool:
-            raise TypeError(f"expected {what}, got {value!r}")
-        if not isinstance(value, kind):
-            raise TypeError(f"expected {what}, got {_show(value)}")
-        return value
-
-    return hook
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _mapping_hook(value: Any, _: Any) -> dict[str, Any]:
@@ -239,10 +234,7 @@ def _string_list_hook(value: Any, _: Any) -> tuple[str, ...]:
 
 
 def _make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
-    conv.register_structure_hook(str, _strict(str, "a string"))
-    conv.register_structure_hook(bool, _strict(bool, "a boolean"))
-    conv.register_structure_hook(int, _strict(int, "an integer"))
+    conv = strict_converter(show=_show)
     conv.register_structure_hook_func(lambda t: t == dict[str, Any], _mapping_hook)
     conv.register_structure_hook_func(lambda t: t == tuple[str, ...], _string_list_hook)
     return conv
@@ -250,11 +242,6 @@ def _make_converter() -> cattrs.Converter:
 
 #: The one converter of cases and fixtures (``forbid_extra_keys=True``).
 converter = _make_converter()
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _leaf_errors(exc: BaseException, path: tuple[str, ...]) -> Iterator[

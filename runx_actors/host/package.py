@@ -31,6 +31,7 @@ import yaml
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
 
 from ._hashing import digest_bytes, digest_json
+from ._strict import strict_converter
 from .context import ContextSkill, read_front_matter, resolve_refs
 from .errors import InputContractError, PackageError
 
@@ -175,27 +176,8 @@ class PackageSpec:
 # -- the converter -----------------------------------------------------------------------
 
 
-def _strict(kind: type, what: str) -> Any:
-    def hook(value: Any, _: Any) -> Any:
-        if kind is float:
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise TypeError(f"expected {what}, got {value!r}")
-            return float(value)
-        if kind is int and isinstance(value, bool):
-            raise TypeError(f"expected {what}, got {value!r}")
-        if not isinstance(value, kind):
-            raise TypeError(f"expected {what}, got {value!r}")
-        return value
-
-    return hook
-
-
 def _make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=True)
-    conv.register_structure_hook(str, _strict(str, "a string"))
-    conv.register_structure_hook(bool, _strict(bool, "a boolean"))
-    conv.register_structure_hook(int, _strict(int, "an integer"))
-    conv.register_structure_hook(float, _strict(float, "a number"))
+    conv = strict_converter()
 
     def runner(value: Any, _: Any) -> Runner:
         if not isinstance(value, Mapping):

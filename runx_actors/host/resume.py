@@ -37,6 +37,7 @@ from ._governed import (
     verify_request_context,
 )
 from ._records import fold_governed, governed_stream
+from ._strict import strict_converter
 from .errors import (
     AnswersError,
     ApprovalNotAttestedError,
@@ -92,19 +93,8 @@ class AnswersFile:
     approvals: dict[str, Approval] = attrs.field(factory=dict)
 
 
-def _strict(kind: type, what: str) -> Any:
-    def hook(value: Any, _: Any) -> Any:
-        if not isinstance(value, kind):
-            raise TypeError(f"expected {what}, got {value!r}")
-        return value
-
-    return hook
-
-
 def _make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=True)
-    conv.register_structure_hook(str, _strict(str, "a string"))
-    conv.register_structure_hook(bool, _strict(bool, "a boolean"))
+    conv = strict_converter()
 
     def approval(value: Any, _: Any) -> Approval:
         if isinstance(value, bool):
