@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 import pytest
+from _broken import RedecidingMemoryStore, UnfencedMemoryStore
 from _driver import APPROVALS, CALLS, MODEL_OUTCOMES, TOOL_OUTCOMES, Move, build, moves, next_move
 from _loop import Hosted, TrioLoopThread
 from _oracle import INPUT0, ReferenceScope, abstract_fact, abstract_state, ids_report, run_name
@@ -44,7 +45,6 @@ from runx_actors.protocol.errors import (
     StaleRuntimeError,
 )
 from runx_actors.protocol.values import NewRun, RunStatus
-from runx_actors.store._scope import ScopeLog
 from runx_actors.store.memory import MemoryStore
 from runx_actors.store.sqlite import open_sqlite_store
 
@@ -278,44 +278,6 @@ test_replay = ReplayMachine.TestCase
 
 
 # --------------------------------------------------------------------------- broken stores
-
-
-class UnfencedScopeLog(ScopeLog):
-    """A store that never compares the writer's epoch with the persisted one."""
-
-    def check_epoch(self, epoch: int) -> None:
-        return None
-
-
-class UnfencedMemoryStore(MemoryStore):
-    def scope_log(self, scope: str) -> ScopeLog:
-        log = self._scopes.get(scope)
-        if log is None:
-            log = self._scopes[scope] = UnfencedScopeLog(scope)
-        return log
-
-
-class _BlindIndex(dict[str, Any]):
-    """A commit index whose lookups never find anything (writes still land)."""
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return default
-
-
-class RedecidingScopeLog(ScopeLog):
-    """A store whose replay lookup is blind: a known command id is decided again."""
-
-    def __init__(self, scope: str) -> None:
-        super().__init__(scope)
-        self.index = _BlindIndex()
-
-
-class RedecidingMemoryStore(MemoryStore):
-    def scope_log(self, scope: str) -> ScopeLog:
-        log = self._scopes.get(scope)
-        if log is None:
-            log = self._scopes[scope] = RedecidingScopeLog(scope)
-        return log
 
 
 class UnfencedReplayMachine(ReplayMachine):

@@ -28,6 +28,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from _broken import UnfencedMemoryStore
 from _loop import Hosted, TrioLoopThread
 from _oracle import abstract_fact, abstract_state, ids_report, run_name, spec_invariants, spec_state
 from hypothesis import HealthCheck, Phase, event, settings
@@ -52,7 +53,6 @@ from runx_actors.protocol.errors import (
 from runx_actors.protocol.plan import waiting_calls
 from runx_actors.protocol.values import ModelRequest, ModelResult, ResponsePolicy, RunStatus
 from runx_actors.runtime import LoopDisposition, open_runtime
-from runx_actors.store._scope import ScopeLog
 from runx_actors.store.memory import MemoryStore
 from runx_actors.store.sqlite import open_sqlite_store
 
@@ -438,19 +438,6 @@ test_runtime_sqlite = SqliteRuntimeMachine.TestCase
 
 
 # --------------------------------------------------------------------------- a broken store
-
-
-class UnfencedScopeLog(ScopeLog):
-    def check_epoch(self, epoch: int) -> None:
-        return None
-
-
-class UnfencedMemoryStore(MemoryStore):
-    def scope_log(self, scope: str) -> ScopeLog:
-        log = self._scopes.get(scope)
-        if log is None:
-            log = self._scopes[scope] = UnfencedScopeLog(scope)
-        return log
 
 
 class UnfencedRuntimeMachine(RuntimeMachine):

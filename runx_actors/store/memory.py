@@ -41,7 +41,11 @@ class MemoryFrozenStore:
 
 
 class MemoryStore:
-    """A SessionStore in memory. ``scope_log(scope)`` exposes the log for tests."""
+    """A SessionStore in memory. ``scope_log(scope)`` exposes the log for tests;
+    ``log_class`` is the ScopeLog class a new scope gets (a subclass can swap in a
+    deliberately broken log to check that a test catches it)."""
+
+    log_class: type[ScopeLog] = ScopeLog
 
     def __init__(self) -> None:
         self._scopes: dict[Scope, ScopeLog] = {}
@@ -55,7 +59,7 @@ class MemoryStore:
     def scope_log(self, scope: Scope) -> ScopeLog:
         log = self._scopes.get(scope)
         if log is None:
-            log = self._scopes[scope] = ScopeLog(scope)
+            log = self._scopes[scope] = self.log_class(scope)
         return log
 
     async def open(self, scope: Scope) -> MemoryWriter:
