@@ -116,8 +116,14 @@ class SqlReader(Generic[S]):
         self.scope = scope
 
     async def record(self, run_id: RunID) -> Snapshot:
-        """The folded log, checked against the live writer's projection (documented by
-        each backend's reader)."""
+        """Fold the Run's log: the authoritative read (RUN-CMT-2). Checkpoint.
+
+        Raises:
+            RunNotFoundError: no such Run in this scope.
+            ProjectionDivergenceError: the Run is active, the projection of this store's
+                current writer of the scope is at the same head, and the states differ.
+            CorruptRecordError: a stored row does not decode (names Run and position).
+        """
         store = self._store
         snap = await store._call(store._log.record, self.scope, run_id)
         live = store._live.get(self.scope)
@@ -216,8 +222,15 @@ class SqlRunStore(Generic[W]):
         return await store._call(store._log.record, self.scope, run_id)
 
     async def commit(self, request: CommitRequest) -> CommitResult:
-        """Freeze the bodies, then queue the commit (documented by each backend's run
-        store: the errors name the driver)."""
+        """Freeze bodies (§4.2), then evaluate and append in a group transaction (§4.3).
+
+        Checkpoint. The bodies are stored in the same transaction, before the facts.
+        Cancellation: see the backend's module docstring — once queued, the commit is
+        carried out.
+        Raises: OwnershipLostError (fenced; nothing written), RunNotFoundError,
+        RunTerminalError, CommandConflictError, StaleRuntimeError, or the driver's error
+        (``sqlite3`` / psycopg) when the transaction failed (unknown outcome: replay once).
+        """
         await trio.lowlevel.checkpoint_if_cancelled()
         bodies = bodies_of(request.envelope.command)
         store: SqlStoreBase[Any] = self._writer._store

@@ -47,9 +47,9 @@ import attrs
 import trio
 from psycopg_pool import ConnectionPool
 
-from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot
+from ..protocol.commit import CommitRequest, CommitResult, CommitStatus
 from ..protocol.errors import ValidationError
-from ..protocol.values import AgentInput, Digest, NewRun, RunID, Scope
+from ..protocol.values import AgentInput, Digest, NewRun, Scope
 from . import _pg_log as log
 from ._facade import SqlFrozenStore, SqlReader, SqlRunStore, SqlStoreBase, SqlWriter
 from ._group import GroupCounters, GroupStatistics
@@ -341,17 +341,6 @@ def _open_pool(pool: ConnectionPool, timeout: float) -> None:
 class PostgresReader(SqlReader["PostgresStore"]):
     """Reads of one scope; need no ownership (§4.5)."""
 
-    async def record(self, run_id: RunID) -> Snapshot:
-        """Fold the Run's log: the authoritative read (RUN-CMT-2). Checkpoint.
-
-        Raises:
-            RunNotFoundError: no such Run in this scope.
-            ProjectionDivergenceError: the Run is active, the projection of this store's
-                current writer of the scope is at the same head, and the states differ.
-            CorruptRecordError: a stored row does not decode (names Run and position).
-        """
-        return await super().record(run_id)
-
 
 class PostgresWriter(PostgresReader, SqlWriter["PostgresStore"]):
     """The single writer of a scope at one epoch (obtained from ``PostgresStore.open``)."""
@@ -366,14 +355,3 @@ class PostgresWriter(PostgresReader, SqlWriter["PostgresStore"]):
 
 class PostgresRunStore(SqlRunStore[PostgresWriter]):
     """RunStore bound to a PostgresWriter (RUN-CMT-1)."""
-
-    async def commit(self, request: CommitRequest) -> CommitResult:
-        """Freeze bodies (§4.2), then evaluate and append in a group transaction (§4.3).
-
-        Checkpoint. The bodies are stored in the same transaction, before the facts.
-        Cancellation: see the module docstring — once queued, the commit is carried out.
-        Raises: OwnershipLostError (fenced; nothing written), RunNotFoundError,
-        RunTerminalError, CommandConflictError, StaleRuntimeError, or a psycopg error when
-        the transaction failed (unknown outcome: replay once).
-        """
-        return await super().commit(request)

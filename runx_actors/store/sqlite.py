@@ -35,9 +35,9 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot
+from ..protocol.commit import CommitRequest, CommitResult, CommitStatus
 from ..protocol.errors import ValidationError
-from ..protocol.values import AgentInput, Digest, NewRun, RunID, Scope
+from ..protocol.values import AgentInput, Digest, NewRun, Scope
 from . import _sqlite_log as log
 from ._facade import SqlFrozenStore, SqlReader, SqlRunStore, SqlStoreBase, SqlWriter
 from ._scope import check_frozen
@@ -267,17 +267,6 @@ def _open_writer_connection(path: str, busy_timeout: float) -> Any:
 class SqliteReader(SqlReader["SqliteStore"]):
     """Reads of one scope; need no ownership (§4.5)."""
 
-    async def record(self, run_id: RunID) -> Snapshot:
-        """Fold the Run's log: the authoritative read (RUN-CMT-2). Checkpoint.
-
-        Raises:
-            RunNotFoundError: no such Run in this scope.
-            ProjectionDivergenceError: the Run is active, the projection of this
-                process's current writer is at the same head, and the states differ.
-            CorruptRecordError: a stored row does not decode (names Run and position).
-        """
-        return await super().record(run_id)
-
 
 class SqliteWriter(SqliteReader, SqlWriter["SqliteStore"]):
     """The single writer of a scope at one epoch (obtained from ``SqliteStore.open``)."""
@@ -292,14 +281,3 @@ class SqliteWriter(SqliteReader, SqlWriter["SqliteStore"]):
 
 class SqliteRunStore(SqlRunStore[SqliteWriter]):
     """RunStore bound to a SqliteWriter (RUN-CMT-1)."""
-
-    async def commit(self, request: CommitRequest) -> CommitResult:
-        """Freeze bodies (§4.2), then evaluate and append in a group transaction (§4.3).
-
-        Checkpoint. The bodies are stored in the same transaction, before the facts.
-        Cancellation: see the module docstring — once queued, the commit is carried out.
-        Raises: OwnershipLostError (fenced; nothing written), RunNotFoundError,
-        RunTerminalError, CommandConflictError, StaleRuntimeError, or an ``sqlite3``
-        error when the transaction failed (unknown outcome: replay once).
-        """
-        return await super().commit(request)
