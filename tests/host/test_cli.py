@@ -21,6 +21,8 @@ import click
 import pytest
 import trio
 from click.testing import CliRunner, Result
+from loop_support import EXAMPLE
+from loop_support import NOTES as NOTES_BYTES
 
 from runx_actors.cli import main
 from runx_actors.host._cli_support import resolve_store
@@ -37,9 +39,7 @@ from runx_actors.host.skill import exit_code_of, run_skill
 from runx_actors.protocol.values import ModelRequest, ModelResult
 from runx_actors.store.memory import MemoryStore
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "loop-orchestration"
-NOTES = "# Loop notes\n\nTurns may read this file. It grants no authority.\n"
+NOTES = NOTES_BYTES.decode()
 SIGNING_ENV = {
     "RUNX_RECEIPT_SIGN_KID": "runx-demo-key",
     "RUNX_RECEIPT_SIGN_ED25519_SEED_BASE64": "QkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkI=",

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner, Result
+from loop_support import EXAMPLE
 
 from runx_actors.cli import main
 from runx_actors.host._harness_assert import (
@@ -38,9 +39,6 @@ from runx_actors.host.receipts import (
     receipt_hash,
     verify_directory,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "loop-orchestration"
 
 SIGNING_ENV = {
     "RUNX_RECEIPT_SIGN_KID": "runx-demo-key",

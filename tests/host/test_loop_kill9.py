@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loop_support import EXAMPLE
 
 from runx_actors.host._records import fold_governed, fold_loop, governed_stream, loop_stream
 from runx_actors.host.receipts import DEMO_KID, DEMO_SEED_BASE64
@@ -37,7 +38,6 @@ from runx_actors.store.sqlite import open_sqlite_store
 pytestmark = pytest.mark.slow
 
 CHILD = Path(__file__).with_name("loop_kill_child.py")
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "loop-orchestration"
 SCOPE = "kill"
 
 
