@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from loop_support import EXAMPLE, REFUSAL, SUCCESS
 
 from runx_actors.host._governed import HostConfig
 from runx_actors.host.loop import LoopHost, LoopSpec
@@ -38,13 +39,7 @@ from runx_actors.host.receipts import _store as receipt_store_module
 from runx_actors.store import sqlite as sqlite_module
 from runx_actors.store.sqlite import open_sqlite_store
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "loop-orchestration"
 SCOPE = "kill"
-
-SUCCESS = {"objective": "Draft, review, and ratify one tiny safe change.",
-           "scenario": "success", "requested_tool": "fs.read"}
-REFUSAL = {"objective": "Try to mutate files without explicit authority.",
-           "scenario": "refusal", "requested_tool": "fs.write"}
 
 #: (loop_id, fixed inputs, max_turns), run in this order on every start.
 LOOPS: tuple[tuple[str, dict[str, str], int], ...] = (
