@@ -241,13 +241,26 @@ class Tool:
     def arguments_failure(self, arguments: JSONText) -> ToolFailure | None:
         """``invalid_arguments`` when *arguments* is not strict JSON, not a JSON object,
         does not satisfy the parameters schema, does not fit the callable's signature, or
-        fails ``check``; else ``None``. Side-effect free."""
+        fails ``check``; else ``None``. Side-effect free.
+
+        Raises nothing: an exception from any of these steps (``check`` raising, a
+        self-referential symlink's ``RuntimeError``, a schema walk hitting the recursion
+        limit …) and a ``check`` that returns something other than a ToolFailure or
+        ``None`` are refusals too: KNOWN ``invalid_arguments`` naming the exception type
+        (issue 12; RUN-EXE-5).
+        """
         try:
             parse_json_strict(arguments)
         except ValidationError as error:
             return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS,
                                f"arguments are not valid JSON: {error.message or error}")
-        value = json.loads(arguments)
+        try:
+            return self._checked(json.loads(arguments))
+        except Exception as error:  # a check that raises refuses the call (never escapes)
+            return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS, (
+                f"the argument check raised {type(error).__name__}: {error}")[:500])
+
+    def _checked(self, value: Any) -> ToolFailure | None:
         if not isinstance(value, dict):
             return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS,
                                "arguments must be a JSON object")
@@ -257,9 +270,13 @@ class Tool:
         unbound = self._binding_error(value)
         if unbound is not None:
             return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS, unbound)
-        if self.check is not None:
-            return self.check(value)
-        return None
+        if self.check is None:
+            return None
+        verdict = self.check(value)
+        if verdict is not None and not isinstance(verdict, ToolFailure):
+            return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS, (
+                f"the argument check returned {type(verdict).__name__}, not a ToolFailure"))
+        return verdict
 
     def _binding_error(self, arguments: dict[str, Any]) -> str | None:
         try:
