@@ -13,6 +13,11 @@ symlink between the check and ``mkdir`` is outside this threat model).
 1 MiB by default; failures ``not_found``, ``too_large``, ``invalid_input``).
 ``fs.write {path, text}`` → ``{"path", "size_bytes", "sha256"}`` (atomic replace; parent
 directories created inside the root). ``sha256`` is ``"sha256:" + hex``.
+
+Every ``OSError`` is a KNOWN failure (``ToolExecutionFailed``), never UNKNOWN: a read
+changes nothing, and a write's one change is its final ``os.replace``, which either
+happened (success) or did not (the error) — parent directories it created may remain
+(issue 12; see :meth:`Workspace._os_failure` for the classes).
 """
 
 from __future__ import annotations
@@ -69,8 +74,9 @@ class Workspace:
         """Check *path* and return ``(normalised relative path, resolved location)``.
 
         Raises ``ToolError(invalid_arguments)`` for anything that is not a relative path
-        staying inside the root (see the module docstring). Reads the file system
-        (symlink resolution) but changes nothing.
+        staying inside the root (see the module docstring), and for a path whose
+        resolution fails (a symlink loop, a name too long). Reads the file system
+        (symlink resolution) but changes nothing; raises nothing else.
         """
         if not isinstance(path, str) or not path:
             raise _refuse("path must be a non-empty relative path")
@@ -83,7 +89,12 @@ class Workspace:
             raise _refuse(f"'..' is refused: {path!r}")
         if not parts:
             raise _refuse(f"path names the workspace root: {path!r}")
-        resolved = self.root.joinpath(*parts).resolve(strict=False)
+        try:
+            resolved = self.root.joinpath(*parts).resolve(strict=False)
+        except RuntimeError:  # Path.resolve: a symlink loop (a -> a, a -> b -> a)
+            raise _refuse(f"path runs into a symbolic link loop: {path!r}") from None
+        except OSError as error:  # ENAMETOOLONG, EACCES on a component …
+            raise _refuse(f"path cannot be resolved: {path!r}: {error.strerror}") from None
         if resolved == self.root or not resolved.is_relative_to(self.root):
             raise _refuse(f"path escapes the workspace: {path!r}")
         return "/".join(parts), resolved
@@ -107,16 +118,18 @@ class Workspace:
                             retry=RetryDisposition.NEVER) from None
         except OSError as error:
             raise self._os_failure(display, error) from None
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            os.close(fd)
-            raise ToolError(ToolFailureClass.INVALID_INPUT, f"{display} is not a file",
-                            retry=RetryDisposition.NEVER)
-        with os.fdopen(fd, "rb") as handle:
-            if info.st_size > max_bytes:
-                raise ToolError(TOO_LARGE, f"{display} is larger than {max_bytes} bytes",
-                                retry=RetryDisposition.NEVER)
-            data = handle.read(max_bytes + 1)
+        try:
+            with os.fdopen(fd, "rb") as handle:
+                info = os.fstat(handle.fileno())
+                if not stat.S_ISREG(info.st_mode):
+                    raise ToolError(ToolFailureClass.INVALID_INPUT,
+                                    f"{display} is not a file", retry=RetryDisposition.NEVER)
+                if info.st_size > max_bytes:
+                    raise ToolError(TOO_LARGE, f"{display} is larger than {max_bytes} bytes",
+                                    retry=RetryDisposition.NEVER)
+                data = handle.read(max_bytes + 1)
+        except OSError as error:  # EIO, EISDIR … while reading: reading changes nothing
+            raise self._os_failure(display, error) from None
         if len(data) > max_bytes:
             raise ToolError(TOO_LARGE, f"{display} is larger than {max_bytes} bytes",
                             retry=RetryDisposition.NEVER)
@@ -135,11 +148,26 @@ class Workspace:
         if len(data) > max_bytes:
             raise ToolError(TOO_LARGE, f"text is larger than {max_bytes} bytes",
                             retry=RetryDisposition.NEVER)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # ENAMETOOLONG, ENOTDIR, EACCES, ENOSPC: no file written
+            raise self._os_failure(display, error) from None
         display, target = self.locate(path)  # re-check after creating directories
-        if target.is_dir():
-            raise ToolError(ToolFailureClass.INVALID_INPUT, f"{display} is a directory",
-                            retry=RetryDisposition.NEVER)
+        try:
+            if target.is_dir():
+                raise ToolError(ToolFailureClass.INVALID_INPUT, f"{display} is a directory",
+                                retry=RetryDisposition.NEVER)
+            self._replace(target, data)
+        except OSError as error:  # the replace is the only write: it did not happen
+            raise self._os_failure(display, error) from None
+        return {"path": display, "size_bytes": len(data),
+                "sha256": "sha256:" + hashlib.sha256(data).hexdigest()}
+
+    @staticmethod
+    def _replace(target: Path, data: bytes) -> None:
+        """Write *data* to a temporary file beside *target*, fsync it and rename it over
+        *target* (atomic). Raises OSError with *target* untouched and the temporary file
+        removed."""
         fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".runx-write-")
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -150,17 +178,25 @@ class Workspace:
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
-        return {"path": display, "size_bytes": len(data),
-                "sha256": "sha256:" + hashlib.sha256(data).hexdigest()}
 
     @staticmethod
     def _os_failure(display: str, error: OSError) -> ToolError:
+        """The KNOWN failure of an ``OSError`` raised before anything was written (every
+        one the fs tools can meet: reads change nothing, and a write's only change is
+        its final atomic rename). ELOOP → ``invalid_arguments``; EISDIR, ENOTDIR,
+        ENAMETOOLONG → ``invalid_input``; ENOENT → ``not_found``; anything else (EACCES,
+        ENOSPC, EROFS, EIO, EMFILE …) → ``unavailable``. Retry NEVER: the condition is
+        the workspace's, a repeat would meet it again."""
+        reason = error.strerror or type(error).__name__
         if error.errno == errno.ELOOP:
             return _refuse(f"{display} is a symbolic link")
-        if isinstance(error, IsADirectoryError):
-            return ToolError(ToolFailureClass.INVALID_INPUT, f"{display} is a directory",
+        if error.errno in (errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG):
+            return ToolError(ToolFailureClass.INVALID_INPUT, f"{display}: {reason}",
                              retry=RetryDisposition.NEVER)
-        return ToolError(ToolFailureClass.UNAVAILABLE, f"{display}: {error.strerror}",
+        if error.errno == errno.ENOENT:
+            return ToolError(ToolFailureClass.NOT_FOUND, f"{display}: {reason}",
+                             retry=RetryDisposition.NEVER)
+        return ToolError(ToolFailureClass.UNAVAILABLE, f"{display}: {reason}",
                          retry=RetryDisposition.NEVER)
 
 
