@@ -17,6 +17,7 @@ from ._fs import Workspace as Workspace
 from ._fs import fs_read_tool as fs_read_tool
 from ._fs import fs_write_tool as fs_write_tool
 from ._fs import workspace_tools as workspace_tools
+from ._local import DEFAULT_MAX_TOOL_OUTPUT_BYTES as DEFAULT_MAX_TOOL_OUTPUT_BYTES
 from ._local import DEFAULT_RETAINED_TOMBSTONES as DEFAULT_RETAINED_TOMBSTONES
 from ._local import LocalExecutor as LocalExecutor
 from ._local import LocalExecutorStatistics as LocalExecutorStatistics
@@ -54,7 +55,8 @@ from ._tools import tool as tool
 __all__ = [
     "MAX_READ_BYTES", "MAX_WRITE_BYTES", "Workspace", "fs_read_tool", "fs_write_tool",
     "workspace_tools",
-    "DEFAULT_RETAINED_TOMBSTONES", "LocalExecutor", "LocalExecutorStatistics",
+    "DEFAULT_MAX_TOOL_OUTPUT_BYTES", "DEFAULT_RETAINED_TOMBSTONES", "LocalExecutor",
+    "LocalExecutorStatistics",
     "open_local_executor",
     "Model", "ModelEmit", "ModelError", "ScriptedModel", "ScriptTurn", "StreamingModel",
     "call_tools", "reply", "tool_call",

@@ -10,7 +10,8 @@ Mapping rules:
   ``invalid_arguments``; ``ToolError`` → ``ToolExecutionFailed`` (KNOWN);
   ``ToolUnknownError``, the tool's ``timeout`` firing and **any other exception** →
   ``ToolExecutionUnknown`` (the effect may have happened); an output that cannot be
-  frozen (``None``, ``""``, non-JSON) → KNOWN ``internal``.
+  frozen (``None``, ``""``, non-JSON, nested too deep) → KNOWN ``internal``; an output
+  over the executor's ``max_tool_output_bytes`` → KNOWN ``too_large``.
 
 Cancellation is never mapped here: ``trio.Cancelled`` propagates to the worker.
 """
@@ -40,6 +41,7 @@ from ..effect import (
 from ..protocol.canonical import canonical_json_text
 from ..protocol.digests import digest_model_result, digest_tool_output
 from ..protocol.values import ModelRequest, ModelResult, ToolResult
+from ._fs import TOO_LARGE
 from ._models import Model, ModelEmit, ModelError, StreamingModel
 from ._tools import Tool, ToolContext, ToolError, ToolUnknownError
 
@@ -75,7 +77,7 @@ async def run_model(model: Model, request: ModelRequest, emit: ModelEmit,
 
 
 async def run_tool(found: Tool, assignment: Assignment, arguments: str,
-                   emit: ModelEmit) -> OutcomeResult:
+                   emit: ModelEmit, max_output_bytes: int | None = None) -> OutcomeResult:
     """Run *found* once with the call's canonical *arguments*. Sync callables run in a
     worker thread that is abandoned on cancellation (the Outcome is then ``Cancelled``
     while the thread may still finish its work). Raises: only Cancelled."""
@@ -106,7 +108,7 @@ async def run_tool(found: Tool, assignment: Assignment, arguments: str,
     if limit is not None and limit.cancelled_caught:
         return ToolExecutionUnknown(ToolFailure(
             ToolFailureClass.TIMEOUT, f"no answer within {found.timeout} s"))
-    return tool_output(value)
+    return tool_output(value, max_output_bytes)
 
 
 def _ask(model: Model, request: ModelRequest, emit: ModelEmit) -> Awaitable[Any]:
@@ -123,16 +125,25 @@ def _call(found: Tool, call: Callable[[], Any]) -> Awaitable[Any]:
     return trio.to_thread.run_sync(call, abandon_on_cancel=True)
 
 
-def tool_output(value: Any) -> OutcomeResult:
-    """Freeze a tool's return value; a value that cannot be frozen is a KNOWN
-    ``internal`` failure (the tool finished, its output is unusable)."""
+def tool_output(value: Any, max_bytes: int | None = None) -> OutcomeResult:
+    """Freeze a tool's return value; a value that cannot be frozen (nesting too deep
+    included) is a KNOWN ``internal`` failure, and a canonical output text longer than
+    *max_bytes* bytes of UTF-8 a KNOWN ``too_large`` failure naming both sizes (the tool
+    finished, its output is unusable; retry NEVER)."""
     try:
         text = value.output if isinstance(value, ToolResult) else canonical_json_text(value)
         digest_tool_output(text)
     except Exception as error:
         return ToolExecutionFailed(ToolFailure(
-            ToolFailureClass.INTERNAL, f"the tool output cannot be frozen: {error}"),
+            ToolFailureClass.INTERNAL,
+            f"the tool output cannot be frozen: {type(error).__name__}: {error}"[:500]),
             RetryDisposition.NEVER)
+    if max_bytes is not None and len(text) * 4 > max_bytes:  # cheap bound, then exact
+        size = len(text.encode("utf-8"))
+        if size > max_bytes:
+            return ToolExecutionFailed(ToolFailure(TOO_LARGE, (
+                f"the tool output is {size} bytes, over the cap of {max_bytes} bytes")),
+                RetryDisposition.NEVER)
     return ToolExecutionSucceeded(ToolResult(text))
 
 

@@ -62,6 +62,7 @@ from ._streams import ProgressRing, ProgressSubscription, SettlementLog, Settlem
 from ._tools import Tool
 
 __all__ = [
+    "DEFAULT_MAX_TOOL_OUTPUT_BYTES",
     "DEFAULT_RETAINED_TOMBSTONES",
     "LocalExecutorStatistics",
     "LocalExecutor",
@@ -77,6 +78,9 @@ DEFAULT_RETAINED_TOMBSTONES = 16384
 #: has settled these yet, so evicting one forces a takeover; keep it well above the
 #: number of effects an owner can have in flight.
 DEFAULT_RETAINED_UNREAD = 65536
+#: Largest canonical tool output (bytes of UTF-8) the executor freezes; a larger one is a
+#: KNOWN ``too_large`` failure (8 MiB; issue 12).
+DEFAULT_MAX_TOOL_OUTPUT_BYTES = 8 << 20
 
 
 class LocalExecutor:
@@ -96,6 +100,9 @@ class LocalExecutor:
     * ``max_attempts`` (1 = no retry) and ``backoff`` (seconds * attempt): the worker's
       retry budget for failures whose disposition is ALLOWED (RUN-EXE-11).
     * ``model_timeout``: seconds per model attempt (``deadline_exceeded`` when it fires).
+    * ``max_tool_output_bytes``: largest canonical tool output frozen (bytes of UTF-8,
+      default :data:`DEFAULT_MAX_TOOL_OUTPUT_BYTES` = 8 MiB); larger → KNOWN
+      ``too_large``.
 
     Raises ``ValueError`` for duplicate tool refs or out-of-range bounds.
     """
@@ -108,10 +115,11 @@ class LocalExecutor:
                  progress_ring: int = DEFAULT_PROGRESS_RING, max_attempts: int = 1,
                  backoff: float = 0.5, model_timeout: float | None = None,
                  provider: str = "local", epoch: str | None = None,
-                 retain_unread: int = DEFAULT_RETAINED_UNREAD) -> None:
+                 retain_unread: int = DEFAULT_RETAINED_UNREAD,
+                 max_tool_output_bytes: int = DEFAULT_MAX_TOOL_OUTPUT_BYTES) -> None:
         table = _catalog(tools)
         _check_bounds(retain, retain_tombstones, settlement_window, progress_ring,
-                      max_attempts, backoff, model_timeout)
+                      max_attempts, backoff, model_timeout, max_tool_output_bytes)
         self._nursery = nursery
         self._tools = table
         self._models: dict[ModelRef, Model] = dict(models or {})
@@ -122,6 +130,7 @@ class LocalExecutor:
         self._max_attempts = max_attempts
         self._backoff = backoff
         self._model_timeout = model_timeout
+        self._max_tool_output = max_tool_output_bytes
         self._provider = provider
         self._epoch = epoch or f"{provider}-{secrets.token_hex(8)}"
         self._log = SettlementLog(self._epoch, settlement_window)
@@ -606,7 +615,7 @@ class LocalExecutor:
             return run_model(self._models[body.model], body.request,
                              record.ring.emit_nowait, self._model_timeout)
         return run_tool(self._tools[body.tool_ref], record.assignment, body.arguments,
-                        record.ring.emit_nowait)
+                        record.ring.emit_nowait, self._max_tool_output)
 
 
 def _catalog(tools: Iterable[Tool]) -> dict[ToolRef, Tool]:
@@ -620,10 +629,11 @@ def _catalog(tools: Iterable[Tool]) -> dict[ToolRef, Tool]:
 
 def _check_bounds(retain: int, retain_tombstones: int, settlement_window: int,
                   progress_ring: int, max_attempts: int, backoff: float,
-                  model_timeout: float | None) -> None:
-    if min(retain, retain_tombstones, settlement_window, progress_ring, max_attempts) < 1:
-        raise ValueError("retain, retain_tombstones, settlement_window, progress_ring and "
-                         "max_attempts must be >= 1")
+                  model_timeout: float | None, max_tool_output_bytes: int) -> None:
+    if min(retain, retain_tombstones, settlement_window, progress_ring, max_attempts,
+           max_tool_output_bytes) < 1:
+        raise ValueError("retain, retain_tombstones, settlement_window, progress_ring, "
+                         "max_attempts and max_tool_output_bytes must be >= 1")
     if backoff < 0 or (model_timeout is not None and not model_timeout > 0):
         raise ValueError("backoff must be >= 0 and model_timeout > 0 or None")
 
@@ -639,6 +649,7 @@ async def open_local_executor(*, tools: Iterable[Tool] = (),
                               model_timeout: float | None = None, provider: str = "local",
                               epoch: str | None = None,
                               retain_unread: int = DEFAULT_RETAINED_UNREAD,
+                              max_tool_output_bytes: int = DEFAULT_MAX_TOOL_OUTPUT_BYTES,
                               ) -> AsyncIterator[LocalExecutor]:
     """Open a :class:`LocalExecutor` (same keyword arguments) whose workers run in a
     nursery of this block.
@@ -651,14 +662,14 @@ async def open_local_executor(*, tools: Iterable[Tool] = (),
     tools = tuple(tools)
     _catalog(tools)
     _check_bounds(retain, retain_tombstones, settlement_window, progress_ring, max_attempts,
-                  backoff, model_timeout)
+                  backoff, model_timeout, max_tool_output_bytes)
     async with trio.open_nursery() as nursery:
         executor = LocalExecutor(
             nursery=nursery, tools=tools, models=models, retain=retain,
             retain_tombstones=retain_tombstones, settlement_window=settlement_window,
             progress_ring=progress_ring, max_attempts=max_attempts, backoff=backoff,
             model_timeout=model_timeout, provider=provider, epoch=epoch,
-            retain_unread=retain_unread)
+            retain_unread=retain_unread, max_tool_output_bytes=max_tool_output_bytes)
         try:
             yield executor
         finally:
