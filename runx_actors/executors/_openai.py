@@ -39,13 +39,19 @@ what happened                                          FailureCode              
 HTTP 429                                               ``rate_limited``              yes
 HTTP 5xx                                               ``provider_unavailable``      yes
 connect/read/write/pool timeout, connection refused,   ``connection_failed``         yes
-reset or closed mid-answer (``httpx`` transport error)
+reset or closed mid-answer (``httpx`` transport error);
+no complete answer within the overall deadline
+(``timeout``, a provider dripping bytes included)
 HTTP 401 / 403                                         ``authentication_failed``     no
 HTTP 402                                               ``billing``                   no
 HTTP 400, 404 and every other 4xx; a bad ``base_url``  ``bad_request``               no
-a 2xx answer that is not JSON, has no choices, no      ``malformed_result``          no
-message, a tool call without a function name, or
-arguments that are neither text nor an object
+a 2xx answer that is not strict JSON (NaN/Infinity,   ``malformed_result``          no
+duplicate keys, lone surrogates, trailing data, not
+UTF-8), nested deeper than ``MAX_ANSWER_DEPTH``, over
+``max_response_bytes`` (the size is named), has no
+choices, no message, a tool call without a function
+name, arguments that are neither text nor an object,
+or usage tokens beyond 2^53-1
 a request body that is not a JSON object / messages    ``malformed_frozen_request``  no
 that are not objects
 =====================================================  ============================  =====
@@ -54,9 +60,16 @@ Tool-call arguments that are text but not valid JSON are *not* a malformed answe
 frozen with ``freeze_tool_arguments`` (spec §3.8 / RUN-MCH-2) as a JSON string, and the
 tool's validation fails the call as ``invalid_arguments``, which the model then sees. A
 ``Retry-After`` (or ``retry-after-ms``) header is parsed into
-:attr:`ChatCompletionError.retry_after` and named in the message; the protocol's
-``ModelFailed`` has no field for it, so the LocalExecutor's retry pause stays
-``backoff × attempt`` (RUN-EXE-11).
+:attr:`ChatCompletionError.retry_after` and named in the message; the LocalExecutor
+waits at least that long before its next attempt (RUN-EXE-11).
+
+Bounds (issue 9, issue 12): ``timeout`` (default :data:`DEFAULT_TIMEOUT`, 120 s) is the
+overall deadline of one attempt — connect, send, and the whole answer read to its last
+byte; ``read_timeout`` (default: ``timeout``) is ``httpx``'s per-phase limit (connect, and
+between two bytes); ``max_response_bytes`` (default :data:`DEFAULT_MAX_RESPONSE_BYTES`,
+8 MiB, decoded) caps the answer read; :data:`MAX_ANSWER_DEPTH` (64 levels of arrays and
+objects) caps its nesting. An error answer (non-2xx) over the size cap is cut there and
+keeps its status classification.
 
 The API key is sent as ``Authorization: Bearer <key>`` and is never logged, never part of a
 repr, and is replaced by ``***`` in every error message (a provider that echoes it back in
@@ -67,15 +80,22 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import re
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import trio
 from attrs import evolve
 
 from ..effect import FailureCode, classify_provider_error
-from ..protocol.canonical import canonical_json_text, freeze_tool_arguments
+from ..protocol.canonical import (
+    MAX_SAFE_INTEGER,
+    canonical_json_text,
+    freeze_tool_arguments,
+    parse_json_strict,
+)
 from ..protocol.errors import CanonicalJSONError
 from ..protocol.values import ModelRequest, ModelResult, ModelToolCall
 from ._models import ModelError, call_tools, reply
@@ -84,21 +104,26 @@ if TYPE_CHECKING:
     import httpx
 
 __all__ = [
+    "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_TIMEOUT",
+    "MAX_ANSWER_DEPTH",
     "ChatCompletionError",
     "OpenAIChatModel",
     "chat_completions_body",
     "model_result_from_chat",
 ]
 
-#: Seconds ``httpx`` waits to connect, and between bytes of the answer (default).
+#: Seconds one attempt may take overall: connect, send and read the whole answer (default).
 DEFAULT_TIMEOUT = 120.0
+#: Bytes of (decoded) answer body read at most (8 MiB, default of ``max_response_bytes``).
+DEFAULT_MAX_RESPONSE_BYTES = 8 << 20
+#: Levels of nested arrays/objects an answer may have (the top object is level 1).
+MAX_ANSWER_DEPTH = 64
 #: Characters of a provider's error text kept in a failure message.
 _ERROR_TEXT_LIMIT = 300
 _NAME_OK = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _NAME_BAD_CHAR = re.compile(r"[^A-Za-z0-9_-]")
 _NO_TOOLS_DROP = ("tool_choice", "parallel_tool_calls")
-_NOT_JSON = object()
 
 
 class ChatCompletionError(ModelError):
@@ -240,7 +265,45 @@ def _tokens(usage: Any, key: str) -> int:
     value = usage.get(key) if isinstance(usage, dict) else None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
+    if not math.isfinite(value) or abs(value) > MAX_SAFE_INTEGER:
+        raise _malformed(f"usage {key} is {value!r}, not a token count")
     return max(0, int(value))
+
+
+def _depth_over(value: Any, limit: int) -> int:
+    """The nesting level (top container = 1) at which *value* first exceeds *limit*, or
+    0 when it does not (iterative: never RecursionError)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if level > limit:
+            return level
+        stack.extend((child, level + 1) for child in children)
+    return 0
+
+
+def parse_answer(body: bytes) -> Any:
+    """The answer *body* parsed strictly (``parse_json_strict``: UTF-8, no duplicate keys,
+    no NaN/Infinity, no lone surrogates, no trailing data) and at most
+    :data:`MAX_ANSWER_DEPTH` deep.
+
+    Raises: ChatCompletionError(``malformed_result``) naming what was wrong.
+    """
+    try:
+        data = parse_json_strict(body)
+    except CanonicalJSONError as error:
+        reason = getattr(error, "reason", "") or "invalid"
+        raise _malformed(f"the answer is not strict JSON ({reason}): {error}") from None
+    level = _depth_over(data, MAX_ANSWER_DEPTH)
+    if level:
+        raise _malformed(f"the answer is nested too deep (past level {MAX_ANSWER_DEPTH})")
+    return data
 
 
 def _provider_error_text(data: Any) -> str:
@@ -367,9 +430,16 @@ class OpenAIChatModel:
     * ``model``: the provider's model name sent as ``"model"`` (e.g. ``"gpt-4o-mini"``).
     * ``api_key``: sent as ``Authorization: Bearer <key>``; ``None`` sends no
       Authorization header (local servers, or a key given in ``headers``). Never shown.
-    * ``timeout``: seconds ``httpx`` waits to connect and between bytes of the answer
-      (``None``: no limit). It ends one attempt as ``connection_failed`` (retryable); the
-      executor's ``model_timeout`` is the overall deadline (``deadline_exceeded``).
+    * ``timeout``: the overall deadline of one attempt in seconds (default
+      :data:`DEFAULT_TIMEOUT`, 120 s): connecting, sending and reading the answer to its
+      last byte must all end within it, or the attempt fails as ``connection_failed``
+      (retryable: the executor's next attempt sends again). ``None``: no overall limit.
+    * ``read_timeout``: ``httpx``'s per-phase limit in seconds (connect, write, pool, and
+      the pause between two bytes of the answer); default ``timeout``. It also ends the
+      attempt as ``connection_failed``.
+    * ``max_response_bytes``: the answer body read at most, in bytes after content
+      decoding (default :data:`DEFAULT_MAX_RESPONSE_BYTES`, 8 MiB); a larger 2xx answer is
+      ``malformed_result`` naming the size, and is not read further.
     * ``client``: an ``httpx.AsyncClient`` to send with (connection pooling, tests with
       ``httpx.MockTransport``); the caller owns and closes it. Without one, each call
       opens and closes its own client.
@@ -384,16 +454,23 @@ class OpenAIChatModel:
                  timeout: float | None = DEFAULT_TIMEOUT,
                  client: httpx.AsyncClient | None = None,
                  headers: Mapping[str, str] | None = None,
-                 defaults: Mapping[str, Any] | None = None) -> None:
+                 defaults: Mapping[str, Any] | None = None,
+                 read_timeout: float | None = None,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
         if not base_url:
             raise ValueError("base_url must not be empty")
         if not model:
             raise ValueError("model must not be empty")
-        if timeout is not None and not timeout > 0:
-            raise ValueError("timeout must be > 0 or None")
+        for name, value in (("timeout", timeout), ("read_timeout", read_timeout)):
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0 or None")
+        if isinstance(max_response_bytes, bool) or not max_response_bytes >= 1:
+            raise ValueError("max_response_bytes must be >= 1")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.timeout = timeout
+        self.read_timeout = read_timeout if read_timeout is not None else timeout
+        self.max_response_bytes = max_response_bytes
         self.defaults: dict[str, Any] = dict(defaults or {})
         self._api_key = api_key
         self._client = client
@@ -424,31 +501,47 @@ class OpenAIChatModel:
     async def complete(self, request: ModelRequest) -> ModelResult:
         """POST *request* to ``{base_url}/chat/completions`` and return its ModelResult.
 
+        The whole exchange runs under the overall deadline ``timeout``; the answer is read
+        up to ``max_response_bytes`` and parsed strictly (see the module doc).
+
         Checkpoint: always (network I/O). Cancellation: the request is abandoned; nothing
         is returned.
 
         Raises:
             ChatCompletionError: classified as in the module doc (RUN-EXE-11).
         """
-        import httpx
-
         content = json.dumps(self.body(request), ensure_ascii=False, separators=(",", ":"),
                              allow_nan=False).encode("utf-8")
         headers = {**self._headers, "Content-Type": "application/json",
                    "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        timeout = httpx.Timeout(self.timeout)
+        deadline = (trio.move_on_after(self.timeout) if self.timeout is not None
+                    else trio.CancelScope())
+        answer: tuple[int, httpx.Headers, bytes, bool] | None = None
+        with deadline:
+            answer = await self._send(content, headers)
+        if answer is None or deadline.cancelled_caught:
+            raise self._error(FailureCode.CONNECTION_FAILED, (
+                f"no complete answer from {self.url} within the overall deadline of "
+                f"{self.timeout} s"))
+        return self._result(*answer, request)
+
+    async def _send(self, content: bytes, headers: dict[str, str]
+                    ) -> tuple[int, httpx.Headers, bytes, bool]:
+        """``(status, headers, body, cut)`` of one POST; transport errors classified."""
+        import httpx
+
+        timeout = httpx.Timeout(self.read_timeout)
         try:
             if self._client is not None:
-                response = await self._client.post(self.url, content=content,
-                                                   headers=headers, timeout=timeout)
-            else:
-                async with httpx.AsyncClient(timeout=timeout) as client:
-                    response = await client.post(self.url, content=content, headers=headers)
+                return await self._exchange(self._client, content, headers, timeout)
+            async with httpx.AsyncClient(timeout=timeout) as client:
+                return await self._exchange(client, content, headers, timeout)
         except httpx.TimeoutException as error:
             raise self._error(FailureCode.CONNECTION_FAILED, (
-                f"{type(error).__name__} after {self.timeout} s from {self.url}")) from None
+                f"{type(error).__name__} after {self.read_timeout} s from {self.url}")
+            ) from None
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as error:
             raise self._error(FailureCode.BAD_REQUEST, (
                 f"cannot send to {self.base_url!r}: {type(error).__name__}: {error}")) from None
@@ -458,29 +551,60 @@ class OpenAIChatModel:
         except httpx.HTTPError as error:
             raise self._error(FailureCode.EXECUTOR_ERROR, (
                 f"{type(error).__name__} talking to {self.url}: {error}")) from None
-        return self._result(response, request)
 
-    def _result(self, response: httpx.Response, request: ModelRequest) -> ModelResult:
-        status = response.status_code
-        data: Any = _NOT_JSON
-        try:
-            data = json.loads(response.content)
-        except ValueError:  # not JSON, or not UTF-8
-            pass
+    async def _exchange(self, client: httpx.AsyncClient, content: bytes,
+                        headers: dict[str, str], timeout: httpx.Timeout
+                        ) -> tuple[int, httpx.Headers, bytes, bool]:
+        """Stream one answer, reading at most ``max_response_bytes`` of its body. A 2xx
+        answer over the cap raises ``malformed_result``; an error answer is cut there
+        (``cut`` is True) and keeps its status."""
+        cap = self.max_response_bytes
+        async with client.stream("POST", self.url, content=content, headers=headers,
+                                 timeout=timeout) as response:
+            status = response.status_code
+            ok = 200 <= status <= 299
+            declared = response.headers.get("content-length", "")
+            if ok and declared.isdigit() and int(declared) > cap:
+                raise self._too_large(f"{int(declared)} bytes (Content-Length)", status)
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > cap:
+                    if ok:
+                        raise self._too_large(f"more than {cap} bytes (read {size})", status)
+                    chunks.append(chunk[:len(chunk) - (size - cap)])
+                    return status, response.headers, b"".join(chunks), True
+                chunks.append(chunk)
+            return status, response.headers, b"".join(chunks), False
+
+    def _too_large(self, size: str, status: int) -> ChatCompletionError:
+        return self._error(FailureCode.MALFORMED_RESULT, (
+            f"HTTP {status} from {self.url}: the answer is {size}, over the cap of "
+            f"{self.max_response_bytes} bytes (max_response_bytes)"), status=status)
+
+    def _result(self, status: int, headers: httpx.Headers, body: bytes, cut: bool,
+                request: ModelRequest) -> ModelResult:
         if not 200 <= status <= 299:
             code = classify_provider_error(status=status)
-            retry_after = _retry_after(response.headers)
-            detail = (_provider_error_text(data) if data is not _NOT_JSON
-                      else response.text[:_ERROR_TEXT_LIMIT])
+            retry_after = _retry_after(headers)
+            try:
+                detail = "" if cut else _provider_error_text(parse_answer(body))
+            except ChatCompletionError:
+                detail = ""
+            if not detail:
+                detail = body[:_ERROR_TEXT_LIMIT].decode("utf-8", "replace")
             message = f"HTTP {status} from {self.url}"
             if retry_after is not None:
                 message += f" (retry after {retry_after:g} s)"
             if detail:
                 message += f": {detail}"
             raise self._error(code, message, status=status, retry_after=retry_after)
-        if data is _NOT_JSON:
-            raise self._error(FailureCode.MALFORMED_RESULT, (
-                f"HTTP {status} from {self.url}: the answer is not JSON"), status=status)
+        try:
+            data = parse_answer(body)
+        except ChatCompletionError as error:
+            raise self._error(error.code, f"HTTP {status} from {self.url}: {error.message}",
+                              status=status) from None
         try:
             return model_result_from_chat(data, request)
         except ChatCompletionError as error:
