@@ -17,7 +17,11 @@ from ._fs import Workspace as Workspace
 from ._fs import fs_read_tool as fs_read_tool
 from ._fs import fs_write_tool as fs_write_tool
 from ._fs import workspace_tools as workspace_tools
+from ._local import DEFAULT_BACKOFF as DEFAULT_BACKOFF
+from ._local import DEFAULT_MAX_BACKOFF as DEFAULT_MAX_BACKOFF
+from ._local import DEFAULT_MAX_RETRY_AFTER as DEFAULT_MAX_RETRY_AFTER
 from ._local import DEFAULT_MAX_TOOL_OUTPUT_BYTES as DEFAULT_MAX_TOOL_OUTPUT_BYTES
+from ._local import DEFAULT_MODEL_ATTEMPTS as DEFAULT_MODEL_ATTEMPTS
 from ._local import DEFAULT_RETAINED_TOMBSTONES as DEFAULT_RETAINED_TOMBSTONES
 from ._local import LocalExecutor as LocalExecutor
 from ._local import LocalExecutorStatistics as LocalExecutorStatistics
@@ -55,7 +59,9 @@ from ._tools import tool as tool
 __all__ = [
     "MAX_READ_BYTES", "MAX_WRITE_BYTES", "Workspace", "fs_read_tool", "fs_write_tool",
     "workspace_tools",
-    "DEFAULT_MAX_TOOL_OUTPUT_BYTES", "DEFAULT_RETAINED_TOMBSTONES", "LocalExecutor",
+    "DEFAULT_BACKOFF", "DEFAULT_MAX_BACKOFF", "DEFAULT_MAX_RETRY_AFTER",
+    "DEFAULT_MAX_TOOL_OUTPUT_BYTES", "DEFAULT_MODEL_ATTEMPTS",
+    "DEFAULT_RETAINED_TOMBSTONES", "LocalExecutor",
     "LocalExecutorStatistics",
     "open_local_executor",
     "Model", "ModelEmit", "ModelError", "ScriptedModel", "ScriptTurn", "StreamingModel",

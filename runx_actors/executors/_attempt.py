@@ -49,8 +49,11 @@ __all__ = ["run_model", "run_tool", "tool_output", "retryable"]
 
 
 async def run_model(model: Model, request: ModelRequest, emit: ModelEmit,
-                    timeout: float | None) -> OutcomeResult:
-    """Ask *model* once. Checkpoint: always (the model's own). Raises: only Cancelled."""
+                    timeout: float | None,
+                    note_retry_after: Callable[[float], None] | None = None) -> OutcomeResult:
+    """Ask *model* once. A ``ModelError`` carrying ``retry_after`` is reported to
+    *note_retry_after* (seconds) before it is mapped. Checkpoint: always (the model's
+    own). Raises: only Cancelled."""
     # no timeout: no cancel scope either (a parked attempt then holds one scope fewer)
     limit = trio.move_on_after(timeout) if timeout else None
     result: Any = None
@@ -61,6 +64,9 @@ async def run_model(model: Model, request: ModelRequest, emit: ModelEmit,
             with limit:
                 result = await _ask(model, request, emit)
     except ModelError as error:
+        asked = getattr(error, "retry_after", None)
+        if note_retry_after is not None and isinstance(asked, int | float):
+            note_retry_after(float(asked))
         return ModelFailed(error.code, error.message)
     except Exception as error:
         return ModelFailed(FailureCode.EXECUTOR_ERROR, f"{type(error).__name__}: {error}")

@@ -15,6 +15,8 @@ acceptance and abort of one key can never interleave.
 from __future__ import annotations
 
 import logging
+import math
+import random
 import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
@@ -34,6 +36,7 @@ from ..effect import (
     ExecutionRef,
     ExecutionStatus,
     ModelAssignment,
+    ModelFailed,
     Outcome,
     OutcomeResult,
     ProgressFrame,
@@ -54,7 +57,7 @@ from ..protocol.errors import (
     StateConflictError,
     ValidationError,
 )
-from ..protocol.values import ModelRef, ToolRef, ToolReplay
+from ..protocol.values import ModelRef, ToolRef, ToolReplay, ToolSpec
 from ._attempt import retryable, run_model, run_tool
 from ._models import Model
 from ._records import LocalExecutorStatistics, Record, content_of
@@ -62,6 +65,10 @@ from ._streams import ProgressRing, ProgressSubscription, SettlementLog, Settlem
 from ._tools import Tool
 
 __all__ = [
+    "DEFAULT_BACKOFF",
+    "DEFAULT_MAX_BACKOFF",
+    "DEFAULT_MAX_RETRY_AFTER",
+    "DEFAULT_MODEL_ATTEMPTS",
     "DEFAULT_MAX_TOOL_OUTPUT_BYTES",
     "DEFAULT_RETAINED_TOMBSTONES",
     "LocalExecutorStatistics",
@@ -78,6 +85,15 @@ DEFAULT_RETAINED_TOMBSTONES = 16384
 #: has settled these yet, so evicting one forces a takeover; keep it well above the
 #: number of effects an owner can have in flight.
 DEFAULT_RETAINED_UNREAD = 65536
+#: Attempts of one model execution (the first and 2 retries) for failures whose code
+#: allows a retry (rate_limited, provider_unavailable, connection_failed) (issue 9).
+DEFAULT_MODEL_ATTEMPTS = 3
+#: Seconds before the first retry; the pause doubles with each further retry.
+DEFAULT_BACKOFF = 0.5
+#: Seconds no backoff pause exceeds (a provider's Retry-After may ask for longer).
+DEFAULT_MAX_BACKOFF = 30.0
+#: Seconds of Retry-After honoured; a provider asking for longer ends the retries.
+DEFAULT_MAX_RETRY_AFTER = 60.0
 #: Largest canonical tool output (bytes of UTF-8) the executor freezes; a larger one is a
 #: KNOWN ``too_large`` failure (8 MiB; issue 12).
 DEFAULT_MAX_TOOL_OUTPUT_BYTES = 8 << 20
@@ -97,9 +113,22 @@ class LocalExecutor:
       acknowledged yet, kept separately (default 65536) so a slow owner never loses an
       Outcome it has not settled. ``retain_tombstones``: abort tombstones kept.
     * ``settlement_window`` (4096) and ``progress_ring`` (256): notification bounds.
-    * ``max_attempts`` (1 = no retry) and ``backoff`` (seconds * attempt): the worker's
-      retry budget for failures whose disposition is ALLOWED (RUN-EXE-11).
-    * ``model_timeout``: seconds per model attempt (``deadline_exceeded`` when it fires).
+    * Retries inside the worker (RUN-EXE-11), only for failures whose disposition is
+      ALLOWED (model codes rate_limited, provider_unavailable, connection_failed; tool
+      failures raised with ``retry=ALLOWED``): ``max_attempts`` bounds the attempts of a
+      model execution (default :data:`DEFAULT_MODEL_ATTEMPTS` = 3; 1 = no retry),
+      ``tool_max_attempts`` those of a tool execution (default 1: tools are not retried
+      unless asked). The pause before retry *n* (1-based) is
+      ``min(max_backoff, backoff * 2**(n-1))`` seconds (defaults 0.5 s and 30 s: 0.5,
+      1, 2 …), shortened by up to ``jitter`` (a fraction in [0, 1], default 0: none)
+      drawn from ``random.Random(jitter_seed)`` (deterministic for a seed), and
+      lengthened to a model's ``Retry-After`` (``ModelError.retry_after``); a
+      Retry-After beyond ``max_retry_after`` (default 60 s) ends the retries and names
+      it in the failure message. :meth:`cancel` stops the running attempt and every
+      later one: after it, no attempt of the key starts.
+    * ``model_timeout``: seconds per model attempt (``deadline_exceeded`` when it fires;
+      default ``None``: the model's own deadline applies, e.g. OpenAIChatModel's
+      ``timeout``).
     * ``max_tool_output_bytes``: largest canonical tool output frozen (bytes of UTF-8,
       default :data:`DEFAULT_MAX_TOOL_OUTPUT_BYTES` = 8 MiB); larger → KNOWN
       ``too_large``.
@@ -112,14 +141,19 @@ class LocalExecutor:
                  retain: int = DEFAULT_RETAINED_OUTCOMES,
                  retain_tombstones: int = DEFAULT_RETAINED_TOMBSTONES,
                  settlement_window: int = DEFAULT_SETTLEMENT_WINDOW,
-                 progress_ring: int = DEFAULT_PROGRESS_RING, max_attempts: int = 1,
-                 backoff: float = 0.5, model_timeout: float | None = None,
+                 progress_ring: int = DEFAULT_PROGRESS_RING,
+                 max_attempts: int = DEFAULT_MODEL_ATTEMPTS,
+                 backoff: float = DEFAULT_BACKOFF, model_timeout: float | None = None,
                  provider: str = "local", epoch: str | None = None,
                  retain_unread: int = DEFAULT_RETAINED_UNREAD,
-                 max_tool_output_bytes: int = DEFAULT_MAX_TOOL_OUTPUT_BYTES) -> None:
+                 max_tool_output_bytes: int = DEFAULT_MAX_TOOL_OUTPUT_BYTES,
+                 tool_max_attempts: int = 1, max_backoff: float = DEFAULT_MAX_BACKOFF,
+                 jitter: float = 0.0, jitter_seed: int = 0,
+                 max_retry_after: float = DEFAULT_MAX_RETRY_AFTER) -> None:
         table = _catalog(tools)
         _check_bounds(retain, retain_tombstones, settlement_window, progress_ring,
                       max_attempts, backoff, model_timeout, max_tool_output_bytes)
+        _check_retry(tool_max_attempts, max_backoff, jitter, max_retry_after)
         self._nursery = nursery
         self._tools = table
         self._models: dict[ModelRef, Model] = dict(models or {})
@@ -128,7 +162,12 @@ class LocalExecutor:
         self._retain_tombstones = retain_tombstones
         self._ring_size = progress_ring
         self._max_attempts = max_attempts
+        self._tool_max_attempts = tool_max_attempts
         self._backoff = backoff
+        self._max_backoff = max_backoff
+        self._jitter = jitter
+        self._random = random.Random(jitter_seed)
+        self._max_retry_after = max_retry_after
         self._model_timeout = model_timeout
         self._max_tool_output = max_tool_output_bytes
         self._provider = provider
@@ -162,6 +201,25 @@ class LocalExecutor:
     def tools(self) -> Mapping[ToolRef, Tool]:
         """The tool catalog, by ref."""
         return dict(self._tools)
+
+    @property
+    def models(self) -> frozenset[ModelRef]:
+        """The model refs this executor serves (a model step naming another ref is
+        refused at ``validate``/``dispatch``). Not a checkpoint."""
+        return frozenset(self._models)
+
+    def serves_model(self, ref: ModelRef) -> bool:
+        """True when *ref* is one of :attr:`models`: what a runtime asks at open to
+        refuse a mistyped model ref before any Run freezes it (issue 9). Not a
+        checkpoint; raises nothing."""
+        return ref in self._models
+
+    def tool_offers(self) -> tuple[ToolSpec, ...]:
+        """The :class:`ToolSpec` of every tool, in catalog order: exactly what an agent
+        may offer a model for this executor (``validate`` accepts these declarations), so
+        a runtime can take its offers from here or check its own against them. Not a
+        checkpoint; raises nothing."""
+        return tuple(found.spec() for found in self._tools.values())
 
     # -- ExecutionPort ------------------------------------------------------------------
 
@@ -577,10 +635,17 @@ class LocalExecutor:
             with scope:
                 while True:  # the attempts, retries included (RUN-EXE-11)
                     result = await self._attempt(record)
-                    if record.attempts < self._max_attempts and retryable(result):
-                        await trio.sleep(self._backoff * record.attempts)
-                        continue
-                    break
+                    pause, result = self._retry_pause(record, result)
+                    if pause is None:
+                        break
+                    # cancelled, disposed or orphaned meanwhile: no new attempt starts
+                    if record.stop is not None or record.worker != worker:
+                        result = record.stop or result
+                        break
+                    await trio.sleep(pause)
+                    if record.stop is not None or record.worker != worker:
+                        result = record.stop or result
+                        break
         except trio.Cancelled:  # the executor's nursery is going away: settle, re-raise
             if record.worker == worker:
                 self._settle_nowait(record, record.stop or Cancelled("executor shut down"))
@@ -594,6 +659,30 @@ class LocalExecutor:
             result = record.stop or Cancelled("cancelled")
         self._settle_nowait(record, result)
 
+    def _retry_pause(self, record: Record, result: OutcomeResult
+                     ) -> tuple[float | None, OutcomeResult]:
+        """``(seconds to wait before the next attempt, result)``, or ``(None, result)``
+        when the result is final (not retryable, attempts used up, or a Retry-After
+        beyond ``max_retry_after``, which is then named in the result's message)."""
+        asked, record.retry_after = record.retry_after, None
+        if not retryable(result):
+            return None, result
+        model = isinstance(record.assignment.body, ModelAssignment)
+        if record.attempts >= (self._max_attempts if model else self._tool_max_attempts):
+            return None, result
+        pause = min(self._max_backoff, self._backoff * 2.0 ** min(record.attempts - 1, 64))
+        if self._jitter:
+            pause *= 1.0 - self._jitter * self._random.random()
+        if asked is not None:
+            if asked > self._max_retry_after:
+                if isinstance(result, ModelFailed):
+                    result = ModelFailed(result.code, (
+                        f"{result.message} (Retry-After {asked:g} s is beyond "
+                        f"max_retry_after={self._max_retry_after:g} s: not retried)"))
+                return None, result
+            pause = max(pause, asked)
+        return pause, result
+
     def _attempt(self, record: Record) -> Awaitable[OutcomeResult]:
         """Begin one attempt (bookkeeping, synchronously) and return the awaitable that
         runs it: a plain function, so a running attempt holds no coroutine frame of its
@@ -605,6 +694,7 @@ class LocalExecutor:
             record.history.append("execution_restarted")
             record.ring.restart_nowait()
         record.attempts += 1
+        record.retry_after = None
         self._started += 1
         if record.status is not ExecutionStatus.CANCEL_REQUESTED:
             record.status = ExecutionStatus.RUNNING
@@ -613,7 +703,8 @@ class LocalExecutor:
         if isinstance(body, ModelAssignment):
             assert body.request is not None  # checked on acceptance
             return run_model(self._models[body.model], body.request,
-                             record.ring.emit_nowait, self._model_timeout)
+                             record.ring.emit_nowait, self._model_timeout,
+                             record.note_retry_after)
         return run_tool(self._tools[body.tool_ref], record.assignment, body.arguments,
                         record.ring.emit_nowait, self._max_tool_output)
 
@@ -638,6 +729,16 @@ def _check_bounds(retain: int, retain_tombstones: int, settlement_window: int,
         raise ValueError("backoff must be >= 0 and model_timeout > 0 or None")
 
 
+def _check_retry(tool_max_attempts: int, max_backoff: float, jitter: float,
+                 max_retry_after: float) -> None:
+    if tool_max_attempts < 1:
+        raise ValueError("tool_max_attempts must be >= 1")
+    if not (max_backoff >= 0 and 0 <= jitter <= 1 and max_retry_after >= 0) or not all(
+            math.isfinite(v) for v in (max_backoff, jitter, max_retry_after)):
+        raise ValueError("max_backoff and max_retry_after must be finite and >= 0, "
+                         "jitter in [0, 1]")
+
+
 @asynccontextmanager
 async def open_local_executor(*, tools: Iterable[Tool] = (),
                               models: Mapping[ModelRef, Model] | None = None,
@@ -645,11 +746,16 @@ async def open_local_executor(*, tools: Iterable[Tool] = (),
                               retain_tombstones: int = DEFAULT_RETAINED_TOMBSTONES,
                               settlement_window: int = DEFAULT_SETTLEMENT_WINDOW,
                               progress_ring: int = DEFAULT_PROGRESS_RING,
-                              max_attempts: int = 1, backoff: float = 0.5,
+                              max_attempts: int = DEFAULT_MODEL_ATTEMPTS,
+                              backoff: float = DEFAULT_BACKOFF,
                               model_timeout: float | None = None, provider: str = "local",
                               epoch: str | None = None,
                               retain_unread: int = DEFAULT_RETAINED_UNREAD,
                               max_tool_output_bytes: int = DEFAULT_MAX_TOOL_OUTPUT_BYTES,
+                              tool_max_attempts: int = 1,
+                              max_backoff: float = DEFAULT_MAX_BACKOFF,
+                              jitter: float = 0.0, jitter_seed: int = 0,
+                              max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
                               ) -> AsyncIterator[LocalExecutor]:
     """Open a :class:`LocalExecutor` (same keyword arguments) whose workers run in a
     nursery of this block.
@@ -663,13 +769,16 @@ async def open_local_executor(*, tools: Iterable[Tool] = (),
     _catalog(tools)
     _check_bounds(retain, retain_tombstones, settlement_window, progress_ring, max_attempts,
                   backoff, model_timeout, max_tool_output_bytes)
+    _check_retry(tool_max_attempts, max_backoff, jitter, max_retry_after)
     async with trio.open_nursery() as nursery:
         executor = LocalExecutor(
             nursery=nursery, tools=tools, models=models, retain=retain,
             retain_tombstones=retain_tombstones, settlement_window=settlement_window,
             progress_ring=progress_ring, max_attempts=max_attempts, backoff=backoff,
             model_timeout=model_timeout, provider=provider, epoch=epoch,
-            retain_unread=retain_unread, max_tool_output_bytes=max_tool_output_bytes)
+            retain_unread=retain_unread, max_tool_output_bytes=max_tool_output_bytes,
+            tool_max_attempts=tool_max_attempts, max_backoff=max_backoff, jitter=jitter,
+            jitter_seed=jitter_seed, max_retry_after=max_retry_after)
         try:
             yield executor
         finally:

@@ -53,17 +53,29 @@ class StreamingModel(Protocol):
 class ModelError(RunxError):
     """A classified model failure: becomes ``ModelFailed(code, message)`` (RUN-EXE-11).
 
-    Codes whose ``retry()`` is ALLOWED may be retried inside the executor's worker when
-    it is configured with ``max_attempts > 1``.
+    Codes whose ``retry()`` is ALLOWED are retried inside the executor's worker (up to
+    its ``max_attempts``, 3 by default). ``retry_after`` (seconds, finite, >= 0, or
+    ``None``) is the provider's ``Retry-After``: the worker's next attempt starts no
+    sooner, and a value beyond the executor's ``max_retry_after`` ends the retries.
+    Raises ValueError for a negative or non-finite ``retry_after``.
     """
 
-    def __init__(self, code: FailureCode, message: str = "") -> None:
+    def __init__(self, code: FailureCode, message: str = "", *,
+                 retry_after: float | None = None) -> None:
+        if retry_after is not None and not 0 <= retry_after < float("inf"):
+            raise ValueError(f"retry_after must be finite and >= 0, not {retry_after!r}")
         super().__init__(message or code.value, code=code)
         self.code = code
         self.message = message
+        self.retry_after = retry_after
 
     def __reduce__(self) -> Any:
-        return (type(self), (self.code, self.message))
+        return (_rebuild_model_error, (type(self), self.code, self.message, self.retry_after))
+
+
+def _rebuild_model_error(cls: type[ModelError], code: FailureCode, message: str,
+                         retry_after: float | None) -> ModelError:
+    return cls(code, message, retry_after=retry_after)
 
 
 #: One scripted answer: a result, a ModelError to raise, or a function of the request.

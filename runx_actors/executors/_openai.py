@@ -137,9 +137,8 @@ class ChatCompletionError(ModelError):
 
     def __init__(self, code: FailureCode, message: str = "", *, status: int | None = None,
                  retry_after: float | None = None) -> None:
-        super().__init__(code, message)
+        super().__init__(code, message, retry_after=retry_after)
         self.status = status
-        self.retry_after = retry_after
 
     def __reduce__(self) -> Any:
         return (_rebuild_error, (self.code, self.message, self.status, self.retry_after))
@@ -400,19 +399,24 @@ def model_result_from_chat(data: Any, request: ModelRequest) -> ModelResult:
 # --------------------------------------------------------------------------- the model
 
 
+def _seconds(value: float) -> float | None:
+    return max(0.0, value) if math.isfinite(value) else None
+
+
 def _retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds asked for by ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date)."""
+    """Seconds asked for by ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date);
+    ``None`` when absent or unreadable (``inf``/``nan`` included)."""
     raw_ms = headers.get("retry-after-ms")
     if raw_ms:
         try:
-            return max(0.0, float(raw_ms) / 1000.0)
+            return _seconds(float(raw_ms) / 1000.0)
         except ValueError:
             pass
     raw = headers.get("retry-after")
     if not raw:
         return None
     try:
-        return max(0.0, float(raw))
+        return _seconds(float(raw))
     except ValueError:
         pass
     try:

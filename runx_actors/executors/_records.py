@@ -46,12 +46,13 @@ class Record:
 
     ``history`` holds the execution-ledger event names (§6.11); ``worker`` numbers the
     worker that currently owns the record (a lost or superseded worker never settles it);
-    ``stop`` is what a cancel/dispose/close settles the record with.
+    ``stop`` is what a cancel/dispose/close settles the record with; ``retry_after`` the
+    pause (seconds) the last attempt's provider asked for, if any.
     """
 
     __slots__ = ("acknowledged", "assignment", "attempts", "content", "execution",
-                 "history", "orphaned", "outcome", "ring", "running", "scope", "status",
-                 "stop", "superseded", "worker")
+                 "history", "orphaned", "outcome", "retry_after", "ring", "running", "scope",
+                 "status", "stop", "superseded", "worker")
 
     def __init__(self, assignment: Assignment, content: tuple[Any, ...],
                  execution: ExecutionRef, ring: ProgressRing) -> None:
@@ -68,12 +69,17 @@ class Record:
         self.running = False
         self.worker = 0
         self.attempts = 0
+        self.retry_after: float | None = None  # the last attempt's Retry-After (seconds)
         self.history: list[str] = []
         self.ring = ring
 
     @property
     def key(self) -> AssignmentKey:
         return self.assignment.key
+
+    def note_retry_after(self, seconds: float) -> None:
+        """Remember the Retry-After of the attempt that just failed."""
+        self.retry_after = seconds
 
 
 def content_of(a: Assignment) -> tuple[Any, ...]:

@@ -13,7 +13,6 @@ time", issue 12 "unbounded reads" / "wrong classifications"; RUN-EXE-11).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
