@@ -182,7 +182,31 @@ class RunAlreadyRunningError(LoopError):
 
 
 class ModelUnavailableError(LoopError):
-    """The executor cannot serve the model; the step stays PREPARED (RUN-EXE-5)."""
+    """The executor cannot serve the model; the step stays PREPARED (RUN-EXE-5).
+
+    Attributes: ``model`` (the ModelRef that is not served, when known) and ``failure``
+    (the executor's refusal, when there was one). The message names the ref and says how
+    to get out: a Run whose prepared step froze the ref stays ACTIVE and is refused the
+    same way on every drive until the executor serves that ref, or until the Run is ended
+    with ``rt.cancel(run_id)`` (CancelRun; ``runx_actors.runtime.cancel_run`` on a store).
+    """
+
+    def __init__(self, message: str = "", **attrs: Any) -> None:
+        self._base = message
+        model = attrs.get("model")
+        if model is not None:
+            failure = attrs.get("failure")
+            why = getattr(failure, "message", "") if failure is not None else ""
+            message = (
+                f"{message or 'the executor cannot serve this model'}: model ref {model!r} "
+                f"is not served by the executor{f' ({why})' if why else ''}. A Run whose "
+                f"prepared step froze {model!r} stays ACTIVE and is refused on every drive: "
+                f"serve {model!r} from the executor and drive it again, or end the Run with "
+                f"`await rt.cancel(run_id)` (CancelRun)")
+        super().__init__(message, **attrs)
+
+    def __reduce__(self) -> Any:
+        return (_rebuild, (type(self), self._base, self.attrs))
 
 
 class PrepareStalledError(LoopError):
