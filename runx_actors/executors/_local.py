@@ -230,7 +230,8 @@ class LocalExecutor:
         ``tool_lookup_failed``; a declared definition digest, policy, replay or placement
         that differs from the tool → ``tool_definition_mismatch``; arguments that are not
         strict JSON, not an object, fail the schema or the tool's check →
-        ``invalid_arguments``. ``a.effect`` may be empty.
+        ``invalid_arguments``, and so does any exception raised while checking (a
+        ``check`` hook that raises). ``a.effect`` may be empty.
 
         Checkpoint: always, first.
         Cancellation: only at the checkpoint, before anything was read or changed.
@@ -247,7 +248,11 @@ class LocalExecutor:
         if found is None:
             return ToolFailure(ToolFailureClass.TOOL_LOOKUP_FAILED,
                                f"no tool {body.tool_ref!r}")
-        return found.declaration_failure(body) or found.arguments_failure(body.arguments)
+        try:
+            return found.declaration_failure(body) or found.arguments_failure(body.arguments)
+        except Exception as error:  # never escapes into the caller's runtime (issue 9)
+            return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS, (
+                f"validation raised {type(error).__name__}: {error}")[:500])
 
     async def dispatch(self, a: Assignment) -> None:
         """Accept *a* and start it in a task; returns once accepted (RUN-EXE-3).

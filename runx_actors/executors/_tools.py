@@ -65,7 +65,8 @@ __all__ = [
 DEFAULT_PARAMETERS: Mapping[str, Any] = {"type": "object"}
 
 #: ``check(arguments) -> ToolFailure | None``: extra side-effect-free argument checks run
-#: by ``validate`` after the schema (arguments as parsed JSON).
+#: by ``validate`` after the schema (arguments as parsed JSON). A check that raises (any
+#: exception) or returns anything else refuses the call as KNOWN ``invalid_arguments``.
 ToolCheck = Callable[[Any], ToolFailure | None]
 
 

@@ -186,3 +186,16 @@ async def test_a_deeply_nested_tool_output_is_a_known_failure() -> None:
         deep = [deep]
     result = await _outcome(python_tool(lambda: deep, ref="deep"), {})
     assert isinstance(result, effect.ToolExecutionFailed), result
+
+
+async def test_validate_raises_nothing_whatever_a_tool_does() -> None:
+    class Broken(Tool):
+        def declaration_failure(self, body: effect.ToolAssignment) -> effect.ToolFailure | None:
+            raise RuntimeError("a broken tool object")
+
+    base = python_tool(lambda: "x", ref="broken")
+    broken = Broken(ref=base.ref, definition=base.definition, fn=base.fn)
+    async with open_local_executor(tools=[broken]) as ex:
+        failure = await ex.validate(tool_assignment(broken))
+    assert failure is not None and failure.class_ == INVALID
+    assert "RuntimeError" in failure.message
