@@ -19,6 +19,7 @@ from ._fs import fs_write_tool as fs_write_tool
 from ._fs import workspace_tools as workspace_tools
 from ._local import DEFAULT_BACKOFF as DEFAULT_BACKOFF
 from ._local import DEFAULT_MAX_BACKOFF as DEFAULT_MAX_BACKOFF
+from ._local import DEFAULT_MAX_MODEL_RESULT_BYTES as DEFAULT_MAX_MODEL_RESULT_BYTES
 from ._local import DEFAULT_MAX_RETRY_AFTER as DEFAULT_MAX_RETRY_AFTER
 from ._local import DEFAULT_MAX_TOOL_OUTPUT_BYTES as DEFAULT_MAX_TOOL_OUTPUT_BYTES
 from ._local import DEFAULT_MODEL_ATTEMPTS as DEFAULT_MODEL_ATTEMPTS
@@ -60,7 +61,7 @@ __all__ = [
     "MAX_READ_BYTES", "MAX_WRITE_BYTES", "Workspace", "fs_read_tool", "fs_write_tool",
     "workspace_tools",
     "DEFAULT_BACKOFF", "DEFAULT_MAX_BACKOFF", "DEFAULT_MAX_RETRY_AFTER",
-    "DEFAULT_MAX_TOOL_OUTPUT_BYTES", "DEFAULT_MODEL_ATTEMPTS",
+    "DEFAULT_MAX_MODEL_RESULT_BYTES", "DEFAULT_MAX_TOOL_OUTPUT_BYTES", "DEFAULT_MODEL_ATTEMPTS",
     "DEFAULT_RETAINED_TOMBSTONES", "LocalExecutor",
     "LocalExecutorStatistics",
     "open_local_executor",

@@ -50,10 +50,13 @@ __all__ = ["run_model", "run_tool", "tool_output", "retryable"]
 
 async def run_model(model: Model, request: ModelRequest, emit: ModelEmit,
                     timeout: float | None,
-                    note_retry_after: Callable[[float], None] | None = None) -> OutcomeResult:
+                    note_retry_after: Callable[[float], None] | None = None,
+                    max_result_bytes: int | None = None) -> OutcomeResult:
     """Ask *model* once. A ``ModelError`` carrying ``retry_after`` is reported to
-    *note_retry_after* (seconds) before it is mapped. Checkpoint: always (the model's
-    own). Raises: only Cancelled."""
+    *note_retry_after* (seconds) before it is mapped; a result whose text (content,
+    body, tool-call ids, names and arguments, UTF-8) is over *max_result_bytes* is
+    ``malformed_result`` naming both sizes. Checkpoint: always (the model's own).
+    Raises: only Cancelled."""
     # no timeout: no cancel scope either (a parked attempt then holds one scope fewer)
     limit = trio.move_on_after(timeout) if timeout else None
     result: Any = None
@@ -75,11 +78,29 @@ async def run_model(model: Model, request: ModelRequest, emit: ModelEmit,
     if not isinstance(result, ModelResult):
         return ModelFailed(FailureCode.MALFORMED_RESULT,
                            f"the model returned {type(result).__name__}")
+    if max_result_bytes is not None:
+        size = _result_size(result)
+        if size > max_result_bytes:
+            return ModelFailed(FailureCode.MALFORMED_RESULT, (
+                f"the model result is {size} bytes, over the cap of {max_result_bytes} "
+                f"bytes (max_model_result_bytes)"))
     try:
         digest_model_result(result)
     except Exception as error:
-        return ModelFailed(FailureCode.MALFORMED_RESULT, f"cannot be frozen: {error}")
+        return ModelFailed(FailureCode.MALFORMED_RESULT,
+                           f"cannot be frozen: {type(error).__name__}: {error}"[:500])
     return ModelSucceeded(result)
+
+
+def _result_size(result: ModelResult) -> int:
+    """Bytes of UTF-8 of a result's texts (a lower bound of its frozen size)."""
+    def size(text: object) -> int:
+        if not isinstance(text, str):
+            return 0
+        return len(text.encode("utf-8", "surrogatepass"))
+
+    return size(result.content) + size(result.body) + size(result.finish_reason) + sum(
+        size(c.id) + size(c.name) + size(c.arguments) for c in result.tool_calls)
 
 
 async def run_tool(found: Tool, assignment: Assignment, arguments: str,

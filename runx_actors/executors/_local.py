@@ -69,6 +69,7 @@ __all__ = [
     "DEFAULT_MAX_BACKOFF",
     "DEFAULT_MAX_RETRY_AFTER",
     "DEFAULT_MODEL_ATTEMPTS",
+    "DEFAULT_MAX_MODEL_RESULT_BYTES",
     "DEFAULT_MAX_TOOL_OUTPUT_BYTES",
     "DEFAULT_RETAINED_TOMBSTONES",
     "LocalExecutorStatistics",
@@ -97,6 +98,9 @@ DEFAULT_MAX_RETRY_AFTER = 60.0
 #: Largest canonical tool output (bytes of UTF-8) the executor freezes; a larger one is a
 #: KNOWN ``too_large`` failure (8 MiB; issue 12).
 DEFAULT_MAX_TOOL_OUTPUT_BYTES = 8 << 20
+#: Largest model result (bytes of UTF-8 of its texts) the executor accepts from any
+#: model; a larger one is ``malformed_result`` (8 MiB; issue 12).
+DEFAULT_MAX_MODEL_RESULT_BYTES = 8 << 20
 
 
 class LocalExecutor:
@@ -131,7 +135,10 @@ class LocalExecutor:
       ``timeout``).
     * ``max_tool_output_bytes``: largest canonical tool output frozen (bytes of UTF-8,
       default :data:`DEFAULT_MAX_TOOL_OUTPUT_BYTES` = 8 MiB); larger → KNOWN
-      ``too_large``.
+      ``too_large``. ``max_model_result_bytes``: largest model result accepted from
+      any model (bytes of UTF-8 of its texts, default
+      :data:`DEFAULT_MAX_MODEL_RESULT_BYTES` = 8 MiB); larger → ``malformed_result``
+      naming the size.
 
     Raises ``ValueError`` for duplicate tool refs or out-of-range bounds.
     """
@@ -149,10 +156,12 @@ class LocalExecutor:
                  max_tool_output_bytes: int = DEFAULT_MAX_TOOL_OUTPUT_BYTES,
                  tool_max_attempts: int = 1, max_backoff: float = DEFAULT_MAX_BACKOFF,
                  jitter: float = 0.0, jitter_seed: int = 0,
-                 max_retry_after: float = DEFAULT_MAX_RETRY_AFTER) -> None:
+                 max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
+                 max_model_result_bytes: int = DEFAULT_MAX_MODEL_RESULT_BYTES) -> None:
         table = _catalog(tools)
         _check_bounds(retain, retain_tombstones, settlement_window, progress_ring,
-                      max_attempts, backoff, model_timeout, max_tool_output_bytes)
+                      max_attempts, backoff, model_timeout,
+                      min(max_tool_output_bytes, max_model_result_bytes))
         _check_retry(tool_max_attempts, max_backoff, jitter, max_retry_after)
         self._nursery = nursery
         self._tools = table
@@ -170,6 +179,7 @@ class LocalExecutor:
         self._max_retry_after = max_retry_after
         self._model_timeout = model_timeout
         self._max_tool_output = max_tool_output_bytes
+        self._max_model_result = max_model_result_bytes
         self._provider = provider
         self._epoch = epoch or f"{provider}-{secrets.token_hex(8)}"
         self._log = SettlementLog(self._epoch, settlement_window)
@@ -709,7 +719,7 @@ class LocalExecutor:
             assert body.request is not None  # checked on acceptance
             return run_model(self._models[body.model], body.request,
                              record.ring.emit_nowait, self._model_timeout,
-                             record.note_retry_after)
+                             record.note_retry_after, self._max_model_result)
         return run_tool(self._tools[body.tool_ref], record.assignment, body.arguments,
                         record.ring.emit_nowait, self._max_tool_output)
 
@@ -725,11 +735,12 @@ def _catalog(tools: Iterable[Tool]) -> dict[ToolRef, Tool]:
 
 def _check_bounds(retain: int, retain_tombstones: int, settlement_window: int,
                   progress_ring: int, max_attempts: int, backoff: float,
-                  model_timeout: float | None, max_tool_output_bytes: int) -> None:
+                  model_timeout: float | None, max_body_bytes: int) -> None:
     if min(retain, retain_tombstones, settlement_window, progress_ring, max_attempts,
-           max_tool_output_bytes) < 1:
+           max_body_bytes) < 1:
         raise ValueError("retain, retain_tombstones, settlement_window, progress_ring, "
-                         "max_attempts and max_tool_output_bytes must be >= 1")
+                         "max_attempts, max_tool_output_bytes and max_model_result_bytes "
+                         "must be >= 1")
     if backoff < 0 or (model_timeout is not None and not model_timeout > 0):
         raise ValueError("backoff must be >= 0 and model_timeout > 0 or None")
 
@@ -761,6 +772,7 @@ async def open_local_executor(*, tools: Iterable[Tool] = (),
                               max_backoff: float = DEFAULT_MAX_BACKOFF,
                               jitter: float = 0.0, jitter_seed: int = 0,
                               max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
+                              max_model_result_bytes: int = DEFAULT_MAX_MODEL_RESULT_BYTES,
                               ) -> AsyncIterator[LocalExecutor]:
     """Open a :class:`LocalExecutor` (same keyword arguments) whose workers run in a
     nursery of this block.
@@ -773,7 +785,7 @@ async def open_local_executor(*, tools: Iterable[Tool] = (),
     tools = tuple(tools)
     _catalog(tools)
     _check_bounds(retain, retain_tombstones, settlement_window, progress_ring, max_attempts,
-                  backoff, model_timeout, max_tool_output_bytes)
+                  backoff, model_timeout, min(max_tool_output_bytes, max_model_result_bytes))
     _check_retry(tool_max_attempts, max_backoff, jitter, max_retry_after)
     async with trio.open_nursery() as nursery:
         executor = LocalExecutor(
@@ -783,7 +795,8 @@ async def open_local_executor(*, tools: Iterable[Tool] = (),
             model_timeout=model_timeout, provider=provider, epoch=epoch,
             retain_unread=retain_unread, max_tool_output_bytes=max_tool_output_bytes,
             tool_max_attempts=tool_max_attempts, max_backoff=max_backoff, jitter=jitter,
-            jitter_seed=jitter_seed, max_retry_after=max_retry_after)
+            jitter_seed=jitter_seed, max_retry_after=max_retry_after,
+            max_model_result_bytes=max_model_result_bytes)
         try:
             yield executor
         finally:

@@ -199,3 +199,23 @@ async def test_validate_raises_nothing_whatever_a_tool_does() -> None:
         failure = await ex.validate(tool_assignment(broken))
     assert failure is not None and failure.class_ == INVALID
     assert "RuntimeError" in failure.message
+
+
+# -- model results over the cap (any model) ----------------------------------------------------
+
+async def test_a_model_result_over_the_cap_is_malformed_naming_the_size() -> None:
+    from local_helpers import model_assignment
+
+    from runx_actors.executors import ScriptedModel, reply
+
+    big = ScriptedModel([reply("x" * 5000)], repeat_last=True)
+    for cap, expected in ((4096, effect.ModelFailed), (8192, effect.ModelSucceeded)):
+        async with open_local_executor(models={"m": big},
+                                       max_model_result_bytes=cap) as ex:
+            a = model_assignment("m")
+            await ex.dispatch(a)
+            result = (await outcome_of(ex, a.key)).result
+        assert isinstance(result, expected), result
+        if isinstance(result, effect.ModelFailed):
+            assert result.code is effect.FailureCode.MALFORMED_RESULT
+            assert "5006 bytes" in result.message and "4096" in result.message  # + "{}", "stop"
