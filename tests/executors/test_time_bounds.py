@@ -220,3 +220,43 @@ async def test_the_executor_says_which_models_and_tools_it_serves() -> None:
         assert ex.serves_model("m") and not ex.serves_model("mistyped")
         assert [s.ref for s in ex.tool_offers()] == ["t"]
         assert ex.tool_offers() == (tool.spec(),)
+
+
+# -- end to end: a dripping provider no longer keeps a Run ACTIVE forever ------------------------
+
+async def test_a_run_against_a_dripping_provider_ends_failed_in_bounded_time(
+        autojump_clock: Any) -> None:
+    """issue 9: "a provider dripping one byte a second keeps a Run ACTIVE forever". The
+    provider here drips forever; each attempt ends at the 120 s overall deadline, the
+    executor makes 3 attempts (0.5 s, 1 s pauses), and the Run fails with a typed
+    provider failure. Bounded by a virtual-time guard far above the expected 361.5 s."""
+    import httpx
+
+    from runx_actors.executors import OpenAIChatModel
+    from runx_actors.protocol.values import RunStatus
+    from runx_actors.runtime import open_runtime
+    from runx_actors.store.memory import MemoryStore
+
+    sends: list[float] = []
+
+    async def forever() -> Any:
+        while True:
+            await trio.sleep(1)
+            yield b" "
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        sends.append(trio.current_time())
+        return httpx.Response(200, content=forever())
+
+    store = MemoryStore()
+    start = trio.current_time()
+    with trio.fail_after(100_000):
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            model = OpenAIChatModel(base_url="https://drip.test/v1", model="m", client=client)
+            async with open_local_executor(models={"gpt": model}) as ex, \
+                    open_runtime(store, ex, scope="drip", model="gpt") as rt:
+                await rt.create_run("run-1", ["hello"])
+                result = await rt.drive("run-1")
+    assert result.result is not None and result.result.status is RunStatus.FAILED
+    assert len(sends) == DEFAULT_MODEL_ATTEMPTS
+    assert trio.current_time() - start == pytest.approx(3 * 120 + 0.5 + 1.0)
