@@ -233,3 +233,28 @@ async def test_the_default_cap_refuses_a_64_mib_answer() -> None:
 async def test_an_error_answer_over_the_cap_keeps_its_status_classification() -> None:
     error = await failure_of(raw(b"e" * 10_000, status=503), max_response_bytes=1000)
     assert error.code is FailureCode.PROVIDER_UNAVAILABLE and error.status == 503
+
+
+# -- Retry-After reaches the executor's pause --------------------------------------------------
+
+async def test_a_429_retry_after_sets_the_pause_before_the_next_send(autojump_clock: Any
+                                                                      ) -> None:
+    from local_helpers import model_assignment, outcome_of
+
+    from runx_actors.executors import open_local_executor
+
+    sends: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sends.append(trio.current_time())
+        if len(sends) == 1:
+            return httpx.Response(429, json={"error": {"message": "slow down"}},
+                                  headers={"Retry-After": "5"})
+        return httpx.Response(200, content=GOOD)
+
+    async with served(handler) as model, open_local_executor(models={"gpt": model}) as ex:
+        a = model_assignment("gpt", REQUEST)
+        await ex.dispatch(a)
+        result = (await outcome_of(ex, a.key)).result
+    assert isinstance(result, effect.ModelSucceeded)
+    assert len(sends) == 2 and sends[1] - sends[0] == pytest.approx(5.0)
