@@ -353,7 +353,9 @@ class LocalExecutor:
 
     async def cancel(self, key: AssignmentKey) -> None:
         """Ask the execution to stop; its Outcome becomes ``Cancelled`` unless it finished
-        first. No-op for settled or aborted keys.
+        first. The running attempt is cancelled and no later attempt (retry) of the key
+        starts, also when the attempt reports a retryable failure instead of stopping.
+        No-op for settled or aborted keys.
 
         Checkpoint: always, first.
         Cancellation: only at the checkpoint: nothing was asked.
