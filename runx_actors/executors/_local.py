@@ -57,7 +57,7 @@ from ..protocol.errors import (
     StateConflictError,
     ValidationError,
 )
-from ..protocol.values import ModelRef, ToolRef, ToolReplay, ToolSpec
+from ..protocol.values import ModelRef, ToolRef, ToolReplay
 from ._attempt import retryable, run_model, run_tool
 from ._models import Model
 from ._records import LocalExecutorStatistics, Record, content_of
@@ -224,12 +224,14 @@ class LocalExecutor:
         checkpoint; raises nothing."""
         return ref in self._models
 
-    def tool_offers(self) -> tuple[ToolSpec, ...]:
-        """The :class:`ToolSpec` of every tool, in catalog order: exactly what an agent
-        may offer a model for this executor (``validate`` accepts these declarations), so
-        a runtime can take its offers from here or check its own against them. Not a
-        checkpoint; raises nothing."""
-        return tuple(found.spec() for found in self._tools.values())
+    def tool_offers(self) -> tuple[Tool, ...]:
+        """Every tool, in catalog order, as an offer: each has the model-facing
+        ``definition`` and ``spec()`` (the Run-side :class:`ToolSpec` ``validate``
+        accepts), i.e. it is a ``runx_actors.runtime.ToolOffer``. A runtime can take its
+        offers from here (``open_runtime(..., tools=ex.tool_offers())``) or check its own
+        against them (same ``spec()``), so a mismatch is found at open, not by the model
+        (issue 9). Not a checkpoint; raises nothing."""
+        return tuple(self._tools.values())
 
     # -- ExecutionPort ------------------------------------------------------------------
 

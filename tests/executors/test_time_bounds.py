@@ -218,8 +218,26 @@ async def test_the_executor_says_which_models_and_tools_it_serves() -> None:
     async with open_local_executor(tools=[tool], models={"m": Clocked(reply("x"))}) as ex:
         assert ex.models == frozenset({"m"})
         assert ex.serves_model("m") and not ex.serves_model("mistyped")
-        assert [s.ref for s in ex.tool_offers()] == ["t"]
-        assert ex.tool_offers() == (tool.spec(),)
+        assert ex.tool_offers() == (tool,)
+        assert [o.spec() for o in ex.tool_offers()] == [tool.spec()]
+        assert ex.tool_offers()[0].definition == tool.definition
+
+
+async def test_a_runtime_can_take_its_offers_from_the_executor(autojump_clock: Any) -> None:
+    from runx_actors.executors import call_tools, tool_call
+    from runx_actors.protocol.values import RunStatus
+    from runx_actors.runtime import open_runtime
+    from runx_actors.store.memory import MemoryStore
+
+    tool = python_tool(lambda: "pong", ref="ping")
+    model = ScriptedModel([call_tools(tool_call("ping")), reply("done")])
+    async with open_local_executor(tools=[tool], models={"m": model}) as ex, \
+            open_runtime(MemoryStore(), ex, scope="offers", model="m",
+                         tools=ex.tool_offers()) as rt:
+        await rt.create_run("run-1", ["go"])
+        result = await rt.drive("run-1")
+    assert result.result is not None and result.result.status is RunStatus.COMPLETED
+    assert model.requests[0].tools == (tool.definition,)
 
 
 # -- end to end: a dripping provider no longer keeps a Run ACTIVE forever ------------------------
