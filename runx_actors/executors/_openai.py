@@ -224,7 +224,7 @@ def chat_completions_body(request: ModelRequest, *, model: str,
     """
     try:
         body = json.loads(request.body)
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:
         raise _malformed_request(f"the request body is not JSON: {error}") from None
     if not isinstance(body, dict):
         raise _malformed_request("the request body is not a JSON object")
@@ -241,7 +241,7 @@ def chat_completions_body(request: ModelRequest, *, model: str,
         for definition in request.tools:
             try:
                 parameters = json.loads(definition.parameters)
-            except ValueError as error:
+            except (ValueError, RecursionError) as error:
                 raise _malformed_request(
                     f"tool {definition.name!r} parameters are not JSON: {error}") from None
             function: dict[str, Any] = {"name": names[definition.name]}
@@ -514,8 +514,15 @@ class OpenAIChatModel:
         Raises:
             ChatCompletionError: classified as in the module doc (RUN-EXE-11).
         """
-        content = json.dumps(self.body(request), ensure_ascii=False, separators=(",", ":"),
-                             allow_nan=False).encode("utf-8")
+        try:
+            content = json.dumps(self.body(request), ensure_ascii=False,
+                                 separators=(",", ":"), allow_nan=False).encode("utf-8")
+        except ChatCompletionError:
+            raise
+        except (ValueError, RecursionError) as error:  # nested too deep, not encodable
+            raise self._error(FailureCode.MALFORMED_FROZEN_REQUEST, (
+                f"the request cannot be sent: {type(error).__name__}: {error}")[:500]
+            ) from None
         headers = {**self._headers, "Content-Type": "application/json",
                    "Accept": "application/json"}
         if self._api_key:

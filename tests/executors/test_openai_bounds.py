@@ -258,3 +258,17 @@ async def test_a_429_retry_after_sets_the_pause_before_the_next_send(autojump_cl
         result = (await outcome_of(ex, a.key)).result
     assert isinstance(result, effect.ModelSucceeded)
     assert len(sends) == 2 and sends[1] - sends[0] == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("depth", [300, 900, 5000])
+async def test_a_deeply_nested_request_is_a_malformed_frozen_request(depth: int) -> None:
+    nested = "[" * depth + "]" * depth
+    body = '{"messages":[{"role":"user","content":"hi","extra":' + nested + "}]}"
+    request = ModelRequest("gpt", (), body)
+    async with served(raw(GOOD)) as model:
+        try:
+            result = await model.complete(request)
+        except ChatCompletionError as error:
+            assert error.code is FailureCode.MALFORMED_FROZEN_REQUEST
+        else:
+            assert result.content == "ok"  # shallow enough to be sent as it is
