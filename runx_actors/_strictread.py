@@ -22,8 +22,10 @@ Refused, with ``reason``:
 * ``not_regular`` / ``symlink`` — a file that is a symlink, a directory, a device, a
   FIFO or a socket (:func:`read_regular_file` opens with ``O_NOFOLLOW|O_NONBLOCK`` and
   checks ``S_ISREG`` on the open descriptor, so there is no check-then-open race).
-* ``yaml_alias`` / ``yaml_merge`` — YAML anchors, aliases and ``<<`` merge keys (a
-  document means what it says where it says it).
+* ``yaml_alias`` — YAML aliases that form a cycle or expand the document past
+  :data:`MAX_YAML_NODES` nodes (an alias bomb); aliases also count towards the depth.
+* ``yaml_merge`` — ``<<`` merge keys (a key may not arrive from elsewhere in the
+  document).
 * ``utf8`` — bytes that are not UTF-8; ``surrogate`` — a lone surrogate in a string.
 * ``syntax`` — anything else the parser refuses (its line is kept when it knows it).
 * ``not_mapping`` — a document whose top level must be a mapping and is not (an empty
@@ -50,6 +52,7 @@ from .protocol.errors import RunxError
 
 __all__ = [
     "MAX_DEPTH",
+    "MAX_YAML_NODES",
     "LIMITS",
     "MalformedInputError",
     "limit_for",
@@ -62,6 +65,9 @@ __all__ = [
 
 #: The default nesting limit (arrays/objects or sequences/mappings) of every reader.
 MAX_DEPTH = 64
+#: A YAML document may expand (aliases followed) to at most this many nodes; a 1 MiB
+#: document without aliases holds far fewer, an alias bomb far more.
+MAX_YAML_NODES = 1_000_000
 
 _MIB = 1024 * 1024
 #: Size caps in bytes, by kind of input. ``limit_for(kind)`` applies the environment
@@ -73,7 +79,7 @@ LIMITS: Mapping[str, int] = {
     "harness_case": 1 * _MIB,       # a harness fixture file
     "answers": 8 * _MIB,            # a resume answers file (or stdin)
     "input_json": 1 * _MIB,         # one --input-json / -i value
-    "receipt": 4 * _MIB,            # one receipt file (or verify --receipt input)
+    "receipt": 10 * _MIB,           # one receipt file (as verify --receipt input)
     "receipt_index": 64 * _MIB,     # a receipt directory's index file
     "model_response": 8 * _MIB,     # one model response body
     "tool_output": 8 * _MIB,        # one tool result
@@ -264,9 +270,9 @@ def loads_json(data: bytes | bytearray | memoryview | str, *, source: str,
 # --------------------------------------------------------------------------- YAML
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that bounds nesting while composing, refuses aliases, merge keys,
-    duplicate keys and non-finite floats."""
+class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML is untyped
+    """SafeLoader that bounds nesting while composing, bounds alias expansion, refuses
+    merge keys, duplicate keys and non-finite floats."""
 
     def __init__(self, stream: str, *, source: str, max_depth: int) -> None:
         super().__init__(stream)
@@ -275,14 +281,7 @@ class _StrictLoader(yaml.SafeLoader):
         self._depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise MalformedInputError("YAML aliases are not accepted", source=self._source,
-                                      reason="yaml_alias", line=_line(event.start_mark))
         event = self.peek_event()
-        if getattr(event, "anchor", None) is not None:
-            raise MalformedInputError("YAML anchors are not accepted", source=self._source,
-                                      reason="yaml_alias", line=_line(event.start_mark))
         if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             if self._depth >= self._max_depth:
                 raise _too_deep(self._source, self._max_depth, _line(event.start_mark))
@@ -292,6 +291,12 @@ class _StrictLoader(yaml.SafeLoader):
             finally:
                 self._depth -= 1
         return super().compose_node(parent, index)
+
+    def get_single_node(self) -> Any:
+        node = super().get_single_node()
+        if node is not None:
+            _check_expansion(node, self._source, self._max_depth)
+        return node
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         seen: set[Any] = set()
@@ -315,7 +320,7 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
     def construct_yaml_float(self, node: Any) -> float:
-        value = super().construct_yaml_float(node)
+        value = float(super().construct_yaml_float(node))
         if not math.isfinite(value):
             raise MalformedInputError(f"{node.value!r} is not a finite number",
                                       source=self._source, reason="non_finite",
@@ -324,6 +329,56 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
+
+
+def _check_expansion(root: Any, source: str, max_depth: int) -> None:
+    """Refuse a composed YAML graph whose aliases make it cyclic, nest it past
+    *max_depth* or expand it past :data:`MAX_YAML_NODES` nodes (an alias bomb). Iterative,
+    each node visited once."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children = _children(node)
+        if done:
+            on_path.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c in children)
+            depth[key] = (1 if children or isinstance(
+                node, (yaml.SequenceNode, yaml.MappingNode)) else 0) + max(
+                (depth[id(c)] for c in children), default=0)
+            if size[key] > MAX_YAML_NODES:
+                raise MalformedInputError(
+                    f"aliases expand the document past {MAX_YAML_NODES} nodes", source=source,
+                    reason="yaml_alias", line=_line(node.start_mark))
+            if depth[key] > max_depth:
+                raise _too_deep(source, max_depth, _line(node.start_mark))
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            raise MalformedInputError("a YAML alias refers to its own ancestor",
+                                      source=source, reason="yaml_alias",
+                                      line=_line(node.start_mark))
+        on_path.add(key)
+        stack.append((node, True))
+        for child in children:
+            if id(child) in on_path:
+                raise MalformedInputError("a YAML alias refers to its own ancestor",
+                                          source=source, reason="yaml_alias",
+                                          line=_line(child.start_mark))
+            if id(child) not in size:
+                stack.append((child, False))
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
 
 
 def _line(mark: Any) -> int | None:
@@ -335,7 +390,7 @@ def loads_yaml(data: bytes | bytearray | memoryview | str, *, source: str,
                mapping: bool = False) -> Any:
     """Parse one strict YAML document (PyYAML's safe schema, one document).
 
-    Refuses duplicate keys, anchors/aliases, merge keys, ``.nan``/``.inf``, nesting past
+    Refuses duplicate keys, cyclic or exploding aliases, merge keys, ``.nan``/``.inf``, nesting past
     *max_depth* (limited while composing), more than *max_bytes* bytes and non-UTF-8
     bytes. With ``mapping=True`` the top level must be a mapping (an empty document is
     refused too, reason ``not_mapping``).
@@ -378,13 +433,15 @@ def _yaml_kind(value: Any) -> str:
 
 
 def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int,
-                      source: str | None = None) -> bytes:
+                      source: str | None = None, follow_symlinks: bool = False) -> bytes:
     """The bytes of the regular file at *path*, at most *max_bytes* of them.
 
     Opens with ``O_NOFOLLOW | O_NONBLOCK`` (a symlink as the last component is refused, a
     FIFO does not block the open) and checks ``S_ISREG`` on the open descriptor, then
     reads at most ``max_bytes + 1`` bytes, so ``/dev/zero`` or a growing file cannot
-    exhaust memory.
+    exhaust memory. ``follow_symlinks=True`` (for a file the user names on the command
+    line, never for a package file) drops ``O_NOFOLLOW``; the target must still be a
+    regular file.
 
     Raises:
         FileNotFoundError: nothing at *path* (callers give their own message).
@@ -393,7 +450,9 @@ def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int,
             (``unreadable``).
     """
     name = str(path) if source is None else source
-    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ import attrs
 import trio
 
 from .. import effect
+from .._strictread import loads_json
 from ..executors import Tool, open_local_executor
 from ..protocol import commands as C
 from ..protocol import facts as F
@@ -184,7 +184,7 @@ class RequestInfo:
 
     def payload(self) -> Any:
         """The request payload (the call arguments) as JSON data."""
-        return json.loads(self.request.payload)
+        return loads_json(self.request.payload, source="request payload")
 
     def to_json(self) -> dict[str, Any]:
         """The ``requests[]`` entry of §7.1 (the envelope always inline)."""
@@ -555,7 +555,7 @@ class GovernedSession:
                 result = await self._frozen("model_result", completed[-1].result_digest)
                 assert isinstance(result, ModelResult)
                 try:
-                    final = json.loads(result.content)
+                    final = loads_json(result.content, source="model result")
                 except ValueError:
                     final = result.content
         steps: list[StepEvidence] = []
@@ -573,7 +573,7 @@ class GovernedSession:
                     case F.ToolCallAnswered(call_id=cid, response_digest=d) if cid in calls:
                         text = await self._frozen("tool_response_payload", d)
                         steps[calls[cid]] = attrs.evolve(steps[calls[cid]],
-                                                         answer=json.loads(text))
+                                                         answer=loads_json(text, source="answer"))
                     case F.ToolCallFailed(call_id=cid, failure=failure) if cid in calls:
                         steps[calls[cid]] = attrs.evolve(
                             steps[calls[cid]], rejected=failure.class_ == "response_rejected")

@@ -12,7 +12,7 @@ receipts ``put`` into the output directory.
 from __future__ import annotations
 
 import datetime as _dt
-import json
+import functools
 import shutil
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 import trio
 
+from .._strictread import limit_for, loads_json, read_regular_file
 from ..protocol import facts as F
 from ..protocol.digests import decode_frozen_value
 from ..store.sqlite import open_sqlite_store
@@ -199,7 +200,7 @@ async def _step_outputs(store: Any, run_id: str) -> dict[str, Any]:
                 if not binding.tool_ref.startswith(AGENT_TASK_PREFIX):
                     continue
                 try:
-                    envelope = json.loads(binding.arguments)
+                    envelope = loads_json(binding.arguments, source="arguments")
                 except ValueError:
                     continue
                 if isinstance(envelope, dict) and isinstance(envelope.get("step_id"), str):
@@ -207,7 +208,7 @@ async def _step_outputs(store: Any, run_id: str) -> dict[str, Any]:
         elif isinstance(fact, F.ToolCallAnswered) and fact.call_id in steps:
             data = await store.frozen.get(fact.response_digest)
             text = decode_frozen_value("tool_response_payload", fact.response_digest, data)
-            out[steps[fact.call_id]] = json.loads(str(text))
+            out[steps[fact.call_id]] = loads_json(str(text), source="answer")
     return out
 
 
@@ -303,7 +304,8 @@ async def run_case(index: int, plan: PlannedCase, ctx: CaseContext) -> CaseResul
     tree: tuple[str, ...] = ()
     try:
         for path in plan.setup_receipts:
-            data = await trio.to_thread.run_sync(path.read_bytes)
+            data = await trio.to_thread.run_sync(
+                functools.partial(read_regular_file, path, max_bytes=limit_for("receipt")))
             await trio.to_thread.run_sync(receipts.put, Receipt.from_bytes(data))
         result, step_outputs, unused = await _execute(plan, config, store_dir / _STORE_FILE,
                                                       env, run_id)

@@ -9,7 +9,6 @@ Nothing of the loop record ever enters a request.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import attrs
 import trio
 
+from .._strictread import loads_json
 from ..executors import Tool, Workspace, fs_read_tool, fs_write_tool
 from ..protocol.canonical import canonical_json_text
 from ..protocol.digests import digest_tool_definition
@@ -161,7 +161,7 @@ class HostPromptBuilder:
         inputs: Any = {}
         for message in messages:
             if message.get("role") == "user":
-                inputs = json.loads(str(message.get("content")))
+                inputs = loads_json(str(message.get("content")), source="inputs")
                 break
         body: dict[str, Any] = {
             "schema": REQUEST_SCHEMA,

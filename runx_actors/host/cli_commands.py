@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 import click
 
+from .._strictread import MalformedInputError, limit_for, loads_json, read_regular_file
 from ..store.sqlite import open_sqlite_store
 from ._cli_demo import demo
 from ._cli_support import (
@@ -90,18 +91,21 @@ def _echo_result(result: Mapping[str, Any], as_json: bool, resume_flags: str = "
 
 def _parse_inputs(pairs: Sequence[str], json_pairs: Sequence[str]) -> dict[str, Any]:
     """``-i k=v`` (the value parsed as JSON when it is JSON, else the text) and
-    ``--input-json k=json`` (must be JSON). Raises click.UsageError."""
+    ``--input-json k=json`` (must be JSON). Both use the strict JSON reader: duplicate
+    keys, NaN/Infinity, nesting past 64 levels and values over
+    ``limit_for("input_json")`` bytes (1 MiB) are refused. Raises click.UsageError."""
     out: dict[str, Any] = {}
+    cap = limit_for("input_json")
     for option, items, strict in (("-i", pairs, False), ("--input-json", json_pairs, True)):
         for item in items:
             key, sep, text = item.partition("=")
             if not sep or not key:
-                raise click.UsageError(f"{option} expects key=value, got {item!r}")
+                raise click.UsageError(f"{option} expects key=value, got {item[:80]!r}")
             try:
-                value: Any = json.loads(text)
-            except ValueError:
-                if strict:
-                    raise click.UsageError(f"--input-json {key}: not JSON: {text!r}") from None
+                value: Any = loads_json(text, source=f"{option} {key}", max_bytes=cap)
+            except MalformedInputError as exc:
+                if strict or exc.reason not in ("syntax", "non_finite"):
+                    raise click.UsageError(str(exc)) from None
                 value = text
             out[key] = value
     return out
@@ -179,18 +183,28 @@ def skill(*, package: str, runner: str | None, inputs: tuple[str, ...],
 
 
 def _read_answers(source: str, cwd: Path) -> Any:
+    """The answers document (§7.2) from *source* (a path relative to *cwd*, or ``-``),
+    read by the strict readers: at most ``limit_for("answers")`` bytes (8 MiB), a regular
+    file, strict JSON. Raises AnswersError (``reason`` the strict reader's)."""
+    cap = limit_for("answers")
     try:
         if source == "-":
-            data = sys.stdin.buffer.read()
+            data = sys.stdin.buffer.read(cap + 1)
+            if len(data) > cap:
+                raise AnswersError(f"the answers on stdin are larger than {cap} bytes",
+                                   key="", reason="too_large")
         else:
-            data = (cwd / source).read_bytes()
+            data = read_regular_file(cwd / source, max_bytes=cap, follow_symlinks=True)
+    except MalformedInputError as exc:
+        raise AnswersError(f"the answers file {exc}", key="", reason=exc.reason) from None
     except OSError as exc:
         raise AnswersError(f"cannot read the answers file {source}: {exc.strerror or exc}",
                            key="") from None
     try:
-        return json.loads(data)
-    except ValueError as exc:
-        raise AnswersError(f"the answers file {source} is not JSON: {exc}", key="") from None
+        return loads_json(data, source=source)
+    except MalformedInputError as exc:
+        raise AnswersError(f"the answers file is not strict JSON: {exc}", key="",
+                           reason=exc.reason, line=exc.line) from None
 
 
 @click.command()

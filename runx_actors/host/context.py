@@ -25,8 +25,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import attrs
-import yaml
 
+from .._strictread import loads_yaml, read_regular_file
 from ._hashing import canonical, digest_bytes, digest_json
 from .errors import ContextChangedDuringPreparation, ContextRefError, ContextSkillChanged
 
@@ -90,8 +90,10 @@ def normalise_ref(ref: str) -> str:
 
 
 def _read_bytes(path: Path) -> bytes:
-    """Read a file (one seam, so tests can observe or disturb the reads)."""
-    return path.read_bytes()
+    """Read a regular file of at most :data:`MAX_CONTEXT_BYTES` (one seam, so tests can
+    observe or disturb the reads). Raises OSError, or MalformedInputError (a ValueError)
+    for a symlink, a non-regular or an oversized file."""
+    return read_regular_file(path, max_bytes=MAX_CONTEXT_BYTES)
 
 
 def _resolve_one(root: Path, ref: str) -> ContextSkill:
@@ -173,22 +175,25 @@ def _check_total(total: int) -> None:
                               f"{MAX_CONTEXT_BYTES}", ref="", reason="too_large")
 
 
-def read_front_matter(text: str) -> dict[str, Any]:
+def read_front_matter(text: str, *, source: str = "SKILL.md") -> dict[str, Any]:
     """The YAML front-matter of a ``SKILL.md`` (between the leading ``---`` lines), or
     ``{}`` when it has none.
 
+    The front-matter is read by the strict YAML reader (``runx_actors._strictread``):
+    duplicate keys, aliases, non-finite numbers and deep nesting are refused, and the
+    error names *source* and the line in the file.
+
     Raises:
-        ValueError: the front-matter is not closed, not YAML, or not a mapping.
+        MalformedInputError: (a ValueError) the front-matter is not strict YAML.
+        ValueError: the front-matter is not closed or not a mapping.
     """
     lines = text.splitlines()
     if not lines or lines[0].strip() != "---":
         return {}
     for end in range(1, len(lines)):
         if lines[end].strip() in ("---", "..."):
-            try:
-                loaded = yaml.safe_load("\n".join(lines[1:end]))
-            except yaml.YAMLError as exc:
-                raise ValueError(f"front-matter is not YAML: {exc}") from None
+            # one leading newline so the parser's line numbers are the file's
+            loaded = loads_yaml("\n" + "\n".join(lines[1:end]), source=source)
             if loaded is None:
                 return {}
             if not isinstance(loaded, dict):
@@ -241,7 +246,7 @@ def context_data(root: Path, skill: ContextSkill) -> dict[str, Any]:
     if skill.profile is not None:
         try:
             profile_sha256 = digest_bytes(_read_bytes(base / skill.profile))
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise _refuse(ref, f"X.yaml cannot be read: {exc}", "unreadable") from None
     return {
         "ref": ref,

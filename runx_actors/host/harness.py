@@ -34,8 +34,8 @@ from typing import Any
 
 import attrs
 import trio
-import yaml
 
+from .._strictread import MalformedInputError, limit_for, loads_yaml, read_regular_file
 from ..protocol.errors import RunxError
 from ._harness_cases import (
     Case,
@@ -267,11 +267,17 @@ def _plan_case(package: Package, case: Case) -> PlannedCase:
 
 
 def _read_fixture(path: Path) -> FixtureFile:
+    """Strict YAML (``runx_actors._strictread``): a regular file of at most
+    ``limit_for("harness_case")`` bytes (1 MiB), a mapping, no duplicate keys."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        data = read_regular_file(path, max_bytes=limit_for("harness_case"))
+        raw = loads_yaml(data, source=path.name, mapping=True)
+    except MalformedInputError as exc:
         raise HarnessParseError(f"{path.name}: cannot be read: {exc}", label=path.name,
-                                field="") from None
+                                field="", reason=exc.reason, line=exc.line) from None
+    except OSError as exc:
+        raise HarnessParseError(f"{path.name}: cannot be read: {exc.strerror or exc}",
+                                label=path.name, field="") from None
     return parse_fixture(raw, path)
 
 

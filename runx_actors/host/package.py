@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 import attrs
 import cattrs
-import yaml
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
 
+from .._strictread import MalformedInputError, limit_for, loads_yaml, read_regular_file
 from ._hashing import digest_bytes, digest_json
 from ._strict import strict_converter
 from .context import ContextSkill, read_front_matter, resolve_refs
@@ -302,37 +303,74 @@ def load_package(path: str | os.PathLike[str]) -> Package:
 
     Checks the context refs of every step (§6.1) and computes the package digest.
 
+    ``X.yaml`` and ``SKILL.md`` are read by the strict readers of
+    ``runx_actors._strictread``: regular files only (``X.yaml`` itself may not be a
+    symlink, a device or a FIFO), at most 1 MiB each (``RUNX_ACTORS_MAX_PACKAGE_MANIFEST_BYTES``,
+    ``RUNX_ACTORS_MAX_SKILL_MD_BYTES``), no duplicate keys, aliases, merge keys,
+    non-finite numbers or nesting past 64 levels; the top level of ``X.yaml`` must be a
+    mapping.
+
     Raises:
-        PackageError: unreadable or invalid files, unknown keys, bad values, a symlink
-            inside the package.
+        PackageError: unreadable or invalid files, unknown keys, bad values, a symlink or
+            a non-regular file inside the package; ``reason`` is the strict reader's
+            (``duplicate_key``, ``too_large``, ``too_deep``, ``not_mapping``, ``symlink``,
+            ``not_regular``…) and ``line`` the line when the parser knows it.
         ContextRefError: a context ref breaks a §6.1 rule.
     """
     root = Path(path)
     if root.is_file():
         root = root.parent
     root = root.resolve()
-    xyaml = root / "X.yaml"
-    skill_md = root / "SKILL.md"
-    try:
-        raw = yaml.safe_load(xyaml.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PackageError(f"{xyaml} does not exist", path=str(root),
-                           reason="not_a_package") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise PackageError(f"{xyaml} cannot be read: {exc}", path=str(root)) from None
+    raw = _read_yaml_mapping(root, "X.yaml", "package_manifest")
     try:
         spec = converter.structure(raw, PackageSpec)
-    except (cattrs.errors.BaseValidationError, TypeError, ValueError, KeyError) as exc:
+    except (cattrs.errors.BaseValidationError, TypeError, ValueError, KeyError,
+            AttributeError) as exc:
         raise PackageError(f"X.yaml is invalid: {_describe(exc)}", path=str(root)) from None
     front: dict[str, Any] = {}
-    if skill_md.exists():
+    if (root / "SKILL.md").exists() or (root / "SKILL.md").is_symlink():
+        text = _read_package_text(root, "SKILL.md", "skill_md")
         try:
-            front = read_front_matter(skill_md.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            front = read_front_matter(text, source=str(root / "SKILL.md"))
+        except MalformedInputError as exc:
+            raise _strict_error(root, exc) from None
+        except ValueError as exc:
             raise PackageError(f"SKILL.md is invalid: {exc}", path=str(root)) from None
     context = _check_spec(root, spec)
     return Package(root=root, spec=spec, skill=front, digest=package_digest(root),
                    context=context)
+
+
+def _strict_error(root: Path, exc: MalformedInputError) -> PackageError:
+    return PackageError(str(exc), path=str(root), reason=exc.reason, line=exc.line)
+
+
+def _read_package_text(root: Path, name: str, kind: str) -> str:
+    """The UTF-8 text of the package file *name*: a regular file (not a symlink, a
+    device or a FIFO) of at most ``limit_for(kind)`` bytes. Raises PackageError."""
+    path = root / name
+    try:
+        data = read_regular_file(path, max_bytes=limit_for(kind))
+    except FileNotFoundError:
+        raise PackageError(f"{path} does not exist", path=str(root),
+                           reason="not_a_package") from None
+    except MalformedInputError as exc:
+        raise _strict_error(root, exc) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PackageError(f"{path}: not valid UTF-8 (byte {exc.start})", path=str(root),
+                           reason="utf8") from None
+
+
+def _read_yaml_mapping(root: Path, name: str, kind: str) -> dict[str, Any]:
+    """Strict YAML (``runx_actors._strictread``) whose top level is a mapping."""
+    text = _read_package_text(root, name, kind)
+    try:
+        value: dict[str, Any] = loads_yaml(text, source=str(root / name), mapping=True)
+    except MalformedInputError as exc:
+        raise _strict_error(root, exc) from None
+    return value
 
 
 def package_digest(root: str | os.PathLike[str]) -> str:
@@ -341,8 +379,9 @@ def package_digest(root: str | os.PathLike[str]) -> str:
     ``__pycache__/`` are excluded (§2.2).
 
     Raises:
-        PackageError: a symlink inside the package (reason ``symlink``), or an unreadable
-            file.
+        PackageError: a symlink inside the package (reason ``symlink``), a device, FIFO
+            or socket (``not_regular``), a file over 16 MiB (``too_large``;
+            ``RUNX_ACTORS_MAX_PACKAGE_FILE_BYTES``), or an unreadable file.
     """
     base = Path(root).resolve()
     files: list[tuple[str, Path]] = []
@@ -355,18 +394,30 @@ def package_digest(root: str | os.PathLike[str]) -> str:
         dirs[:] = sorted(d for d in dirs if d not in _EXCLUDED_DIRS)
         for name in names:
             full = here / name
-            if full.is_symlink():
+            try:
+                mode = full.lstat().st_mode
+            except OSError as exc:
+                raise PackageError(f"{full} cannot be read: {exc.strerror or exc}",
+                                   path=str(base)) from None
+            if stat.S_ISLNK(mode):
                 raise PackageError(f"symlink in package: {full}", path=str(base),
                                    reason="symlink")
-            if full.is_file():
-                files.append((PurePosixPath(*full.relative_to(base).parts).as_posix(), full))
+            if not stat.S_ISREG(mode):
+                raise PackageError(f"not a regular file in package: {full}",
+                                   path=str(base), reason="not_regular")
+            files.append((PurePosixPath(*full.relative_to(base).parts).as_posix(), full))
     files.sort(key=lambda item: item[0])
+    cap = limit_for("package_file")
     entries = []
     for rel, full in files:
         try:
-            entries.append({"path": rel, "sha256": digest_bytes(full.read_bytes())})
+            data = read_regular_file(full, max_bytes=cap)
+        except MalformedInputError as exc:
+            raise _strict_error(base, exc) from None
         except OSError as exc:
-            raise PackageError(f"{full} cannot be read: {exc}", path=str(base)) from None
+            raise PackageError(f"{full} cannot be read: {exc.strerror or exc}",
+                               path=str(base)) from None
+        entries.append({"path": rel, "sha256": digest_bytes(data)})
     return digest_json({"schema": "runx_actors.package_digest.v1", "files": entries})
 
 

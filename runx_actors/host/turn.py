@@ -19,10 +19,10 @@ content is the canonical JSON of the result.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._strictread import loads_json
 from ..effect import FailureCode
 from ..executors import ModelError, call_tools, reply, tool_call
 from ..protocol.values import ModelRequest, ModelResult
@@ -170,7 +170,7 @@ def final_reply(result: Any) -> ModelResult:
 
 
 def _body(request: ModelRequest) -> dict[str, Any]:
-    body = json.loads(request.body)
+    body = loads_json(request.body, source="request body")
     if not isinstance(body, dict):
         raise ModelError(FailureCode.MALFORMED_FROZEN_REQUEST, "the request body is not an object")
     return body

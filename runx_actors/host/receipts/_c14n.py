@@ -28,6 +28,7 @@ from typing import Any
 
 import rfc8785
 
+from ..._strictread import loads_json
 from ._errors import ReceiptCanonicalizationError
 from ._json import pointer
 
@@ -167,77 +168,19 @@ def bytes_hash(data: bytes | bytearray | memoryview) -> str:
 # --------------------------------------------------------------------------- reading
 
 
-class _Rejected(ValueError):
-    pass
-
-
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _Rejected(f"duplicate object key {key!r}")
-            seen.add(key)
-    return result
-
-
-def _finite_float(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise _Rejected(f"number {text[:32]!r} is out of the range of a double")
-    return number
-
-
-def _constant(name: str) -> Any:
-    raise _Rejected(f"{name} is not JSON")
-
-
-_DECODER = json.JSONDecoder(
-    object_pairs_hook=_pairs, parse_float=_finite_float, parse_constant=_constant, strict=True
-)
-
-
-def _check_strings(value: Any) -> None:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            _check_text(item, [])
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            for key, sub in item.items():
-                _check_text(key, [])
-                stack.append(sub)
-
-
-def parse_receipt_json(data: bytes | bytearray | memoryview | str) -> Any:
-    """Parse one JSON document of a receipt file or verify input (loop-host §5.1, §5.4).
+def parse_receipt_json(data: bytes | bytearray | memoryview | str, *,
+                       source: str = "receipt", max_bytes: int | None = None) -> Any:
+    """Parse one JSON document of a receipt file, an index file or verify input
+    (loop-host §5.1, §5.4) with the project's strict JSON reader
+    (``runx_actors._strictread.loads_json``).
 
     UTF-8 only; duplicate keys, ``NaN``/``Infinity``, numbers outside the double range,
-    lone surrogates and trailing data are refused. Integers stay ``int`` and fractions
-    ``float``, so ``C`` of the parsed value reproduces a canonical file byte for byte.
+    lone surrogates, nesting past 64 levels, more than *max_bytes* bytes and trailing data
+    are refused. Integers stay ``int`` and fractions ``float``, so ``C`` of the parsed
+    value reproduces a canonical file byte for byte.
 
     Raises:
-        ValueError: the data is not such a document (the message says why).
+        MalformedInputError: (a ``ValueError``) the data is not such a document; the
+            message names *source* and says why.
     """
-    if isinstance(data, str):
-        text = data
-    else:
-        try:
-            text = bytes(data).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"not valid UTF-8: {exc}") from None
-    try:
-        value = _DECODER.decode(text)
-        _check_strings(value)
-    except _Rejected as exc:
-        raise ValueError(str(exc)) from None
-    except ReceiptCanonicalizationError as exc:
-        raise ValueError(str(exc)) from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"invalid JSON: {exc}") from None
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-    return value
+    return loads_json(data, source=source, max_bytes=max_bytes)

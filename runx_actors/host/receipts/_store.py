@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from ..._strictread import MalformedInputError, limit_for, read_regular_file
 from ._c14n import parse_receipt_json, receipt_canonical_json
 from ._errors import (
     ReceiptAlreadyExistsError,
@@ -328,12 +329,14 @@ class ReceiptStore:
         return [name for name in names if (self._directory / name).is_file()]
 
     def _read_bytes(self, name: str) -> bytes:
-        return (self._directory / name).read_bytes()
+        """A receipt file's bytes: a regular file (no symlink, device or FIFO) of at most
+        ``limit_for("receipt")`` bytes. Raises OSError or MalformedInputError."""
+        return read_regular_file(self._directory / name, max_bytes=limit_for("receipt"))
 
     def _read_for_get(self, receipt_id: str, name: str) -> bytes:
         try:
             return self._read_bytes(name)
-        except OSError as exc:
+        except (OSError, MalformedInputError) as exc:
             raise ReceiptCorruptError(
                 f"{name}: cannot read: {exc}", receipt_id=receipt_id, file_name=name,
                 reason="unreadable", findings=(),
@@ -397,9 +400,12 @@ class ReceiptStore:
     def _read_index(self) -> ReceiptIndex | None:
         """The index, or None when the file is missing. Raises _IndexInvalid."""
         try:
-            data = (self._directory / INDEX_FILE).read_bytes()
+            data = read_regular_file(self._directory / INDEX_FILE,
+                                     max_bytes=limit_for("receipt_index"))
         except FileNotFoundError:
             return None
+        except (OSError, MalformedInputError) as exc:
+            raise _IndexInvalid(str(exc)) from None
         return _parse_index(data)
 
     def _load_index_or_stale(self) -> ReceiptIndex:

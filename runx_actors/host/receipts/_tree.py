@@ -25,6 +25,7 @@ from typing import Any
 
 import attrs
 
+from ..._strictread import limit_for, read_regular_file
 from ._c14n import parse_receipt_json
 from ._errors import ReceiptDirectoryNotFoundError, ReceiptNotFoundError
 from ._files import is_ignored_file_name, receipt_id_from_file_name
@@ -309,8 +310,8 @@ def _load(directory: Path) -> tuple[dict[str, _Node], list[UnreadableFile]]:
         if not path.is_file():
             continue
         try:
-            data = path.read_bytes()
-            doc = parse_receipt_json(data)
+            data = read_regular_file(path, max_bytes=limit_for("receipt"))
+            doc = parse_receipt_json(data, source=name)
         except OSError as exc:
             unreadable.append(UnreadableFile(name, f"cannot read: {exc.strerror or exc}"))
             continue

@@ -1,0 +1,218 @@
+"""Strict loading (issue 12 deliverable 1): every reader of a package, a harness fixture,
+an answers file or an ``--input-json`` value refuses duplicate keys, non-finite numbers,
+deep nesting, oversized input and non-regular files with a typed error naming the file.
+
+The first tests are the regressions the issue lists under "What did not".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from loop_support import EXAMPLE
+
+from runx_actors._strictread import (
+    LIMITS,
+    MAX_DEPTH,
+    MalformedInputError,
+    limit_for,
+    loads_json,
+    loads_yaml,
+    read_regular_file,
+)
+from runx_actors.host.context import read_front_matter
+from runx_actors.host.errors import PackageError
+from runx_actors.host.package import load_package
+
+
+@pytest.fixture
+def package(tmp_path: Path) -> Path:
+    root = tmp_path / "pkg"
+    shutil.copytree(EXAMPLE, root)
+    return root
+
+
+def _xyaml(root: Path) -> Path:
+    return root / "X.yaml"
+
+
+def _load_error(root: Path) -> PackageError:
+    with pytest.raises(PackageError) as info:
+        load_package(root)
+    return info.value
+
+
+# -- the issue's regressions ------------------------------------------------------------
+
+
+def test_duplicate_allowed_tools_key_is_refused(package: Path) -> None:
+    text = _xyaml(package).read_text()
+    widened = text.replace("    allowed_tools: [fs.read]      # ALLOWED_TOOLS",
+                           "    allowed_tools: [fs.read]\n    allowed_tools: [fs.read, fs.write] #",
+                           1)
+    assert widened != text
+    _xyaml(package).write_text(widened)
+    err = _load_error(package)
+    assert err.reason == "duplicate_key"
+    assert err.attrs["line"] == 10
+    assert "X.yaml" in str(err)
+
+
+def test_xyaml_symlink_to_dev_zero_is_refused(package: Path) -> None:
+    _xyaml(package).unlink()
+    _xyaml(package).symlink_to("/dev/zero")
+    err = _load_error(package)
+    assert err.reason == "symlink"
+
+
+def test_xyaml_fifo_is_refused_without_blocking(package: Path) -> None:
+    _xyaml(package).unlink()
+    os.mkfifo(_xyaml(package))
+    assert _load_error(package).reason == "not_regular"
+
+
+def test_60_mb_xyaml_is_refused_from_its_size(package: Path) -> None:
+    with _xyaml(package).open("r+b") as handle:
+        handle.truncate(60 * 1024 * 1024)  # sparse: refused from st_size, never read
+    err = _load_error(package)
+    assert err.reason == "too_large"
+    assert str(LIMITS["package_manifest"]) in str(err)
+
+
+@pytest.mark.parametrize("opener", ["[", "{a: "])
+def test_deeply_nested_xyaml_is_refused(package: Path, opener: str) -> None:
+    closer = "]" if opener == "[" else "}"
+    _xyaml(package).write_text("name: " + opener * 50_000 + "1" + closer * 50_000 + "\n")
+    assert _load_error(package).reason == "too_deep"
+
+
+@pytest.mark.parametrize(("text", "kind"), [("42\n", "scalar"), ("- a\n- b\n", "sequence"),
+                                            ("", "empty"), ("# only a comment\n", "empty")])
+def test_top_level_non_mapping_xyaml_is_refused(package: Path, text: str, kind: str) -> None:
+    _xyaml(package).write_text(text)
+    err = _load_error(package)
+    assert err.reason == "not_mapping"
+    assert kind in str(err)
+
+
+def test_other_package_files_must_be_regular(package: Path) -> None:
+    os.mkfifo(package / "workspace" / "pipe")
+    assert _load_error(package).reason == "not_regular"
+
+
+def test_oversized_package_file_is_refused(package: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNX_ACTORS_MAX_PACKAGE_FILE_BYTES", "100")
+    (package / "workspace" / "big.bin").write_bytes(b"x" * 101)
+    assert _load_error(package).reason == "too_large"
+
+
+def test_skill_md_front_matter_duplicate_key_is_refused(package: Path) -> None:
+    (package / "SKILL.md").write_text("---\nname: a\nname: b\n---\nbody\n")
+    assert _load_error(package).reason == "duplicate_key"
+
+
+def test_context_skill_front_matter_is_strict() -> None:
+    with pytest.raises(ValueError, match="duplicate key"):
+        read_front_matter("---\nname: a\nname: b\n---\n")
+
+
+# -- the readers themselves -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ('{"a": 1, "a": 2}', "duplicate_key"),
+    ("[NaN]", "non_finite"),
+    ("[-Infinity]", "non_finite"),
+    ("1e400", "non_finite"),
+    ("[" * 100_000 + "]" * 100_000, "too_deep"),
+    ('"\\ud800"', "surrogate"),
+    ("[1] [2]", "syntax"),
+    ("1" + "0" * 5000, "syntax"),
+    (b"\xff", "utf8"),
+])
+def test_loads_json_refusals(text: str | bytes, reason: str) -> None:
+    with pytest.raises(MalformedInputError) as info:
+        loads_json(text, source="doc.json")
+    assert info.value.reason == reason
+    assert info.value.source == "doc.json"
+
+
+def test_loads_json_depth_boundary_and_brackets_in_strings() -> None:
+    at_limit = "[" * MAX_DEPTH + "]" * MAX_DEPTH
+    assert loads_json(at_limit, source="x") is not None
+    with pytest.raises(MalformedInputError):
+        loads_json("[" + at_limit + "]", source="x")
+    # brackets inside strings do not count, escaped quotes do not end a string
+    tricky = json.dumps(["[" * 200, '\\"[[[' * 50])
+    assert loads_json(tricky, source="x") == ["[" * 200, '\\"[[[' * 50]
+
+
+def test_loads_json_size_cap() -> None:
+    assert loads_json(b"[1]", source="x", max_bytes=3) == [1]
+    with pytest.raises(MalformedInputError) as info:
+        loads_json(b"[1] ", source="x", max_bytes=3)
+    assert info.value.reason == "too_large"
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("a: 1\nb: 2\na: 3\n", "duplicate_key"),
+    ("yes: 1\ntrue: 2\n", "duplicate_key"),
+    ("a: &x [*x]\n", "yaml_alias"),
+    ("a: &a [" + ",".join(["x"] * 100) + "]\nb: &b [" + ",".join(["*a"] * 100) + "]\n"
+     "c: &c [" + ",".join(["*b"] * 100) + "]\n", "yaml_alias"),
+    ("<<: {a: 1}\nb: 2\n", "yaml_merge"),
+    ("a: .nan\n", "non_finite"),
+    ("a: -.inf\n", "non_finite"),
+    ("a: [" * 100 + "]" * 100, "too_deep"),
+    ("a: !!python/object:os.system x\n", "syntax"),
+    ("a: [1\n", "syntax"),
+])
+def test_loads_yaml_refusals(text: str, reason: str) -> None:
+    with pytest.raises(MalformedInputError) as info:
+        loads_yaml(text, source="X.yaml")
+    assert info.value.reason == reason
+
+
+def test_loads_yaml_aliases_count_towards_depth_and_are_otherwise_allowed() -> None:
+    assert loads_yaml("a: &x [1]\nb: *x\n", source="x") == {"a": [1], "b": [1]}
+    chain = "a0: &a0 [1]\n" + "".join(f"a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 70))
+    with pytest.raises(MalformedInputError) as info:
+        loads_yaml(chain, source="x")
+    assert info.value.reason == "too_deep"
+
+
+def test_loads_yaml_depth_boundary() -> None:
+    at_limit = "[" * MAX_DEPTH + "]" * MAX_DEPTH
+    assert loads_yaml(at_limit, source="x") is not None
+    with pytest.raises(MalformedInputError):
+        loads_yaml("[" + at_limit + "]", source="x")
+
+
+def test_read_regular_file_refusals(tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to("/dev/zero")
+    for path, reason in ((link, "symlink"), (Path("/dev/zero"), "not_regular"),
+                         (tmp_path, "not_regular")):
+        with pytest.raises(MalformedInputError) as info:
+            read_regular_file(path, max_bytes=10)
+        assert info.value.reason == reason
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 11)
+    with pytest.raises(MalformedInputError) as info:
+        read_regular_file(big, max_bytes=10)
+    assert info.value.reason == "too_large"
+    assert read_regular_file(big, max_bytes=11) == b"x" * 11
+    with pytest.raises(FileNotFoundError):
+        read_regular_file(tmp_path / "missing", max_bytes=10)
+
+
+def test_limit_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert limit_for("answers", {}) == LIMITS["answers"]
+    assert limit_for("answers", {"RUNX_ACTORS_MAX_ANSWERS_BYTES": "5"}) == 5
+    with pytest.raises(MalformedInputError):
+        limit_for("answers", {"RUNX_ACTORS_MAX_ANSWERS_BYTES": "-5"})
