@@ -25,7 +25,6 @@ from ..protocol.state import MachineState
 from ..protocol.values import RunStatus
 from .package import GraphRunner, Runner, ScriptedRunner
 from .receipts import (
-    Commitment,
     Disposition,
     Idempotency,
     Lineage,
@@ -36,6 +35,7 @@ from .receipts import (
     Subject,
     SubjectKind,
     claim_content_hash,
+    commitments_for,
     fact_log_commitment,
     graph_disposition,
     graph_locator,
@@ -255,8 +255,7 @@ def seal_run(evidence: RunEvidence, *, signer: Any, store: Any,
     binding = run_binding_commitment(scope=ev.scope, run_id=ev.run_id, runner=ev.runner_name,
                                      run_status=run_status, fact_count=len(ev.facts),
                                      fact_log_sha256=fact_log)
-    commitments = (Commitment(value=fact_log), Commitment(value=binding),
-                   Commitment(value=str(opened["inputs_sha256"])))
+    commitments = commitments_for(fact_log, binding, str(opened["inputs_sha256"]))
     intent_key = str(opened["intent_key"])
     trigger = str(opened["trigger_fingerprint"])
     authority = local_runtime_authority() if actor_ref is None \

@@ -8,7 +8,6 @@ import copy
 from typing import Any
 
 from runx_actors.host.receipts import (
-    Commitment,
     Disposition,
     Idempotency,
     Lineage,
@@ -20,6 +19,7 @@ from runx_actors.host.receipts import (
     Subject,
     SubjectKind,
     body_digest,
+    commitments_for,
     content_address,
     graph_locator,
     harness_uri,
@@ -77,10 +77,10 @@ VECTOR_UNSEALED: dict[str, Any] = {
     "lineage": {"children": [], "sync": []},
 }
 
-_COMMITMENTS = (
-    Commitment(value=receipt_hash({"fact-log": "placeholder"})),
-    Commitment(value=receipt_hash({"run-binding": "placeholder"})),
-    Commitment(value=receipt_hash({"inputs": "placeholder"})),
+_COMMITMENTS = commitments_for(
+    receipt_hash({"fact-log": "placeholder"}),
+    receipt_hash({"run-binding": "placeholder"}),
+    receipt_hash({"inputs": "placeholder"}),
 )
 
 

@@ -76,6 +76,7 @@ from runx_actors.host.receipts import (
     verdict_to_json,
     verify_receipt_bytes,
 )
+from runx_actors.host.receipts._verify import VERIFIER_ERROR_PREFIX
 
 DEMO_VERIFIER = Verifier(keyring=Signer.demo().keyring())
 OTHER_SIGNER = Signer.from_seed("runx-demo-key", b"\x07" * 32, IssuerType.HOSTED)
@@ -540,11 +541,67 @@ def test_finding_signature_malformed(value: str) -> None:
     assert verification.signature_status is SignatureStatus.MALFORMED
 
 
-def test_signature_value_may_be_standard_base64_with_padding() -> None:
+def _signature_variants() -> list[tuple[str, str]]:
+    """Other texts of the vector's signature bytes (issue 12: each used to verify)."""
+    value = vector_receipt().signature.value[len("base64:"):]
+    raw = base64.urlsafe_b64decode(value + "==")
+    last = value[-1]
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    sloppy = alphabet[alphabet.index(last) + 1]  # same 2 data bits, a non-zero pad bit
+    assert base64.urlsafe_b64decode(value[:-1] + sloppy + "==") == raw
+    return [
+        ("padded", value + "=="),
+        ("standard alphabet", base64.b64encode(raw).decode().rstrip("=")),
+        ("standard alphabet, padded", base64.b64encode(raw).decode()),
+        ("non-canonical trailing bits", value[:-1] + sloppy),
+        ("surrounding whitespace", value + "\n"),
+    ]
+
+
+@pytest.mark.parametrize(("label", "text"), _signature_variants())
+def test_signature_has_exactly_one_accepted_encoding(label: str, text: str) -> None:
+    """Issue 12: base64url without padding, canonical trailing bits is the only encoding
+    (§4.2); the same 64 bytes written any other way are SignatureMalformed."""
     body = vector_receipt().to_json()
-    raw = base64.urlsafe_b64decode(body["signature"]["value"][7:] + "==")
-    body["signature"]["value"] = "base64:" + base64.b64encode(raw).decode()
-    assert _codes(body) == set()
+    assert "standard" in label or text != body["signature"]["value"][7:]
+    body["signature"]["value"] = "base64:" + text
+    verification = DEMO_VERIFIER.verify(body)
+    assert verification.codes() == {FindingCode.SIGNATURE_MALFORMED}
+    assert not verification.valid
+
+
+@pytest.mark.parametrize("extra", [{"kid": "runx-demo-key"}, {"value2": "x"}, {"": None}])
+def test_unknown_keys_in_signature_are_refused(extra: dict[str, Any]) -> None:
+    body = vector_receipt().to_json()
+    body["signature"].update(extra)
+    verification = DEMO_VERIFIER.verify(body)
+    assert FindingCode.SIGNATURE_MALFORMED in verification.codes()
+    assert not verification.valid
+
+
+@pytest.mark.parametrize("disposition", [{"a": 1}, [1, 2], ["closed"], None, 7, 1.5, True,
+                                         "", "CLOSED"])
+def test_any_json_disposition_is_a_finding_never_a_crash(disposition: Any) -> None:
+    body = vector_receipt().to_json()
+    body["seal"]["disposition"] = disposition
+    verification = DEMO_VERIFIER.verify(body)
+    assert FindingCode.ENVELOPE_INVALID in verification.codes()
+    assert not verification.valid
+    assert all(not f.message.startswith(VERIFIER_ERROR_PREFIX) for f in verification.findings)
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    (("acts",), [{"id": {"x": 1}}]),
+    (("decisions",), [{"selected_act_id": ["a"]}]),
+    (("class",), {"x": 1}),
+    (("class",), ["executed"]),
+])
+def test_unhashable_values_are_findings(path: tuple[str, ...], value: Any) -> None:
+    body = vector_receipt().to_json()
+    body[path[0]] = value
+    verification = DEMO_VERIFIER.verify(body)
+    assert not verification.valid
+    assert all(not f.message.startswith(VERIFIER_ERROR_PREFIX) for f in verification.findings)
 
 
 def test_finding_key_unknown() -> None:

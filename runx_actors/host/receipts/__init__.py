@@ -32,6 +32,7 @@ from ._command import verify_command as verify_command
 from ._content import ENFORCEMENT_PROFILE_ID as ENFORCEMENT_PROFILE_ID
 from ._content import LOCAL_RUNTIME_PRINCIPAL as LOCAL_RUNTIME_PRINCIPAL
 from ._content import claim_content_hash as claim_content_hash
+from ._content import commitments_for as commitments_for
 from ._content import enforcement_profile_hash as enforcement_profile_hash
 from ._content import fact_log_commitment as fact_log_commitment
 from ._content import format_created_at as format_created_at
@@ -141,7 +142,7 @@ __all__ = [
     # content (§4.3)
     "ENFORCEMENT_PROFILE_ID", "LOCAL_RUNTIME_PRINCIPAL", "format_created_at",
     "harness_uri", "step_locator", "graph_locator", "claim_content_hash",
-    "fact_log_commitment", "run_binding_commitment", "enforcement_profile_hash",
+    "fact_log_commitment", "run_binding_commitment", "commitments_for", "enforcement_profile_hash",
     "local_runtime_authority", "seal_summary", "step_reason_code",
     "graph_step_reason_code", "graph_reason_code", "graph_disposition",
     # sealing and identity (§4.4, §4.5)

@@ -79,7 +79,8 @@ def structure(data: Any, cls: type[_T]) -> _T:
 
 def draft_to_json(draft: ReceiptDraft) -> dict[str, Any]:
     """Return the JSON object of an unsealed receipt (§4.4 step 1), without ``issuer``,
-    ``id``, ``digest`` and ``signature``. ``lineage`` is omitted when the draft has none.
+    ``id``, ``digest`` and ``signature``. ``signals``, ``decisions`` and ``acts`` are
+    always present (empty arrays); ``lineage`` is omitted when the draft has none.
     """
     body: dict[str, Any] = {
         "schema": "runx.receipt.v1",
@@ -90,6 +91,11 @@ def draft_to_json(draft: ReceiptDraft) -> dict[str, Any]:
         "subject": unstructure(draft.subject),
         "authority": unstructure(draft.authority),
         "seal": unstructure(draft.seal),
+        # always written, as upstream's real receipts do (§4.2); this host records no
+        # signals, decisions or acts of its own
+        "signals": [],
+        "decisions": [],
+        "acts": [],
     }
     if draft.lineage is not None:
         body["lineage"] = unstructure(draft.lineage)

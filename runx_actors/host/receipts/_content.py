@@ -9,10 +9,11 @@ import datetime as _dt
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ._c14n import bytes_hash, receipt_hash
+from ._c14n import C14N_ID, bytes_hash, receipt_hash
 from ._model import (
     Attenuation,
     Authority,
+    Commitment,
     Disposition,
     Enforcement,
     Reference,
@@ -23,6 +24,7 @@ __all__ = [
     "ENFORCEMENT_PROFILE_ID",
     "LOCAL_RUNTIME_PRINCIPAL",
     "FACT_LOG_SCHEMA",
+    "commitments_for",
     "RUN_BINDING_SCHEMA",
     "format_created_at",
     "harness_uri",
@@ -110,6 +112,24 @@ def run_binding_commitment(
         "run_status": run_status, "fact_count": fact_count,
         "fact_log_sha256": fact_log_sha256,
     })
+
+
+def commitments_for(fact_log_sha256: str, run_binding_sha256: str,
+                    inputs_sha256: str) -> tuple[Commitment, Commitment, Commitment]:
+    """Our three ``subject.commitments`` (§4.3), in order: the fact log (scope ``output``,
+    canonicalization ``runx_actors.fact_log.v1``), the run binding (scope ``output``,
+    ``runx_actors.run_binding.v1``) and the inputs (scope ``input``,
+    ``runx.receipt.c14n.v1``), each with algorithm ``sha256``.
+
+    Raises:
+        ValueError: a value does not start with ``sha256:``.
+    """
+    return (
+        Commitment(scope="output", value=fact_log_sha256, canonicalization=FACT_LOG_SCHEMA),
+        Commitment(scope="output", value=run_binding_sha256,
+                   canonicalization=RUN_BINDING_SCHEMA),
+        Commitment(scope="input", value=inputs_sha256, canonicalization=C14N_ID),
+    )
 
 
 def enforcement_profile_hash(

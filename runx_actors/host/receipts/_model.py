@@ -28,6 +28,7 @@ from ._json import FrozenMap, freeze_json, thaw_json
 __all__ = [
     "RECEIPT_SCHEMA",
     "Disposition",
+    "COMMITMENT_SCOPES",
     "IssuerType",
     "ReceiptClass",
     "SubjectKind",
@@ -206,11 +207,34 @@ class Idempotency:
     content_hash: str = attrs.field(validator=_sha256_prefixed)
 
 
+#: ``subject.commitments[].scope`` values of upstream's published schema (§4.2).
+COMMITMENT_SCOPES = frozenset({"input", "output", "stdout", "stderr", "error"})
+
+
+def _commitment_scope(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in COMMITMENT_SCOPES:
+        raise ValueError(f"{attribute.name} must be one of {sorted(COMMITMENT_SCOPES)}, "
+                         f"got {value!r}")
+
+
+def _sha256_algorithm(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value != "sha256":
+        raise ValueError(f"{attribute.name} must be 'sha256', got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class Commitment:
-    """One ``subject.commitments[]`` entry (§4.3)."""
+    """One ``subject.commitments[]`` entry (§4.2, §4.3): ``{scope, algorithm, value,
+    canonicalization}``, the four keys upstream's published ``runx.receipt.v1`` schema
+    requires (and no others). ``scope`` is one of :data:`COMMITMENT_SCOPES`,
+    ``algorithm`` is ``sha256``, ``value`` a ``sha256:`` hash and ``canonicalization``
+    names how the hashed document was serialised (ours: ``runx_actors.fact_log.v1``,
+    ``runx_actors.run_binding.v1``, ``runx.receipt.c14n.v1``)."""
 
+    scope: str = attrs.field(validator=_commitment_scope)
+    algorithm: str = attrs.field(default="sha256", validator=_sha256_algorithm)
     value: str = attrs.field(validator=_sha256_prefixed)
+    canonicalization: str = attrs.field(validator=_non_empty)
 
 
 @attrs.frozen(kw_only=True)

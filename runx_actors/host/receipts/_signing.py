@@ -53,6 +53,7 @@ __all__ = [
     "demo_signer_from_env",
     "keyring_from_env",
     "decode_base64",
+    "decode_signature_value",
     "encode_signature_value",
     "ed25519_verify",
 ]
@@ -100,6 +101,32 @@ def decode_base64(text: str) -> bytes:
         return base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
     except (binascii.Error, ValueError) as exc:
         raise ValueError(f"not base64: {exc}") from None
+
+
+#: The one accepted text of a 64-byte Ed25519 signature: 86 base64url characters, no
+#: padding (§4.2, §4.4 step 4). The last character carries 2 data bits and 4 zero bits,
+#: so it is one of the 16 characters whose low 4 bits are zero.
+_SIGNATURE_TEXT = re.compile(r"^[A-Za-z0-9_-]{85}[AQgw]$")
+
+
+def decode_signature_value(text: str) -> bytes:
+    """The 64 signature bytes of a ``signature.value`` body (the text after ``base64:``).
+
+    Exactly one encoding is accepted, the one the sealer writes: base64url without
+    padding, canonical trailing bits (``encode_signature_value(decode(t)) == "base64:"
+    + t``). Padded, standard-alphabet, mixed or non-canonical texts are refused, so one
+    signature has one byte string and one receipt file (issue 12).
+
+    Raises:
+        ValueError: *text* is not that encoding of 64 bytes.
+    """
+    if not isinstance(text, str) or _SIGNATURE_TEXT.match(text) is None:
+        raise ValueError("not 86 base64url characters without padding, canonical "
+                         "trailing bits")
+    raw = base64.urlsafe_b64decode(text + "==")
+    if encode_signature_value(raw) != "base64:" + text:  # defensive; the pattern implies it
+        raise ValueError("not the canonical base64url encoding")
+    return raw
 
 
 def encode_signature_value(signature: bytes) -> str:
