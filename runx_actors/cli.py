@@ -7,11 +7,19 @@ model's own code raised while being checked.
 The loop host's commands (``demo``, ``skill``, ``resume``, ``harness``, ``verify``) live in
 ``runx_actors.host.cli_commands`` and follow loop-host §9.1: 0 sealed/ok, 1 failure or
 policy block, 2 needs agent/approval/input, 3 verification failed, 64 usage error.
+
+No command lets a Python traceback reach the user (RUN-CLI-1): ``_Main.main`` is the one
+top-level handler. A library error (:class:`~runx_actors.RunxError`) or an ``OSError``
+prints ``runx-actors: <message>`` on one line plus a ``hint:`` line and exits with its
+documented code (a host error's ``exit_code``, else 1); any other exception is a bug and
+exits 70 (EX_SOFTWARE) with one line and "rerun with --debug". ``--debug`` (before the
+command) or ``RUNX_ACTORS_DEBUG=1`` prints the traceback as well.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -38,12 +46,14 @@ from .check import (
 )
 from .check import models as check_models
 
-__all__ = ["main", "check", "EX_OK", "EX_VIOLATION", "EX_USAGE", "EX_SOFTWARE"]
+__all__ = ["main", "check", "EX_OK", "EX_VIOLATION", "EX_USAGE", "EX_SOFTWARE", "DEBUG_ENV"]
 
 EX_OK = 0
 EX_VIOLATION = 1
 EX_USAGE = 64
 EX_SOFTWARE = 70
+#: Set to 1 to print the traceback of an error (as ``--debug`` does).
+DEBUG_ENV = "RUNX_ACTORS_DEBUG"
 
 _DEFAULTS = CheckConfig()
 
@@ -78,6 +88,7 @@ class _Main(click.Group):
     ) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        self.debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.UsageError as exc:
@@ -89,10 +100,57 @@ class _Main(click.Group):
         except click.Abort:
             click.echo("Aborted!", err=True)
             sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo("runx-actors: interrupted", err=True)
+            sys.exit(130)
+        except Exception as exc:  # the one top-level handler: no raw traceback (RUN-CLI-1)
+            sys.exit(_report_error(exc, debug=self.debug))
         sys.exit(code if isinstance(code, int) else EX_OK)
+
+    #: Set by ``--debug`` or ``RUNX_ACTORS_DEBUG``: print tracebacks of errors.
+    debug: bool = False
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def _report_error(exc: BaseException, *, debug: bool) -> int:
+    """Print *exc* as one line (plus a hint) and return its documented exit code: a
+    host error's ``exit_code``, 1 for any other library error or an ``OSError``, 70 for
+    anything else (a bug)."""
+    from .protocol.errors import RunxError
+
+    inner = exc
+    while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+        inner = inner.exceptions[0]
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    if isinstance(inner, (RunxError, OSError)):
+        from .host._cli_support import exit_code_for, hint_for
+
+        click.echo(f"runx-actors: {_one_line(str(inner))}", err=True)
+        hint = hint_for(inner)
+        if hint:
+            click.echo(f"hint: {hint}", err=True)
+        return exit_code_for(inner)
+    click.echo(f"runx-actors: internal error: {type(inner).__name__}: "
+               f"{_one_line(str(inner), 200)}", err=True)
+    if not debug:
+        click.echo(f"hint: this is a bug; rerun with --debug (or {DEBUG_ENV}=1) for the "
+                   "traceback", err=True)
+    return EX_SOFTWARE
+
+
+def _set_debug(ctx: click.Context, _: click.Parameter, value: bool) -> None:
+    if value and isinstance(ctx.command, _Main):
+        ctx.command.debug = True
 
 
 @click.group(cls=_Main)
+@click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
+              help=f"Print the traceback of an error (also {DEBUG_ENV}=1).")
 def main() -> None:
     """Durable, governed AI-agent runs as trio actors."""
 

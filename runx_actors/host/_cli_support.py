@@ -12,6 +12,7 @@ from typing import Any
 import click
 import trio
 
+from .._strictread import MalformedInputError
 from ..protocol.errors import OwnershipLostError, RunxError
 from .errors import (
     AnswersError,
@@ -72,6 +73,9 @@ _HINTS: tuple[tuple[type[BaseException], str], ...] = (
                          "RUNX_RECEIPT_VERIFY_ED25519_PUBLIC_KEY_BASE64 together"),
     (OwnershipLostError, "another process took over this run store; run one command at a "
                          "time per store"),
+    (MalformedInputError, "the input named above was refused by a strict reader: no "
+                          "duplicate keys, NaN/Infinity, nesting past 64 levels or files "
+                          "over their size cap (README: Hostile input)"),
 )
 
 
@@ -124,6 +128,12 @@ def run_trio(fn: Callable[[], Any]) -> Any:
 
 #: PackageError hints by ``reason`` (the user's argument is wrong, not the package).
 _PACKAGE_HINTS = {
+    "duplicate_key": "remove the repeated key: each key may appear once in a mapping",
+    "too_large": "the file is over its size cap; set RUNX_ACTORS_MAX_<KIND>_BYTES to allow "
+                 "more (README: Hostile input)",
+    "symlink": "replace the symlink with a regular file inside the package",
+    "not_regular": "a package holds directories and regular files only",
+    "not_mapping": "X.yaml must be a YAML mapping (name:, runners:, …)",
     "not_a_package": "give the path of a package directory (one holding X.yaml), relative "
                      "to the current directory",
     "unknown_runner": "use --runner with a runner declared under `runners:` in the "
@@ -152,10 +162,10 @@ def exit_code_for(exc: BaseException) -> int:
 
 
 def fail(command: str, exc: BaseException) -> int:
-    """Print *exc* as ``runx-actors: <command>: <message>`` plus a ``hint:`` line, and
-    return its exit code."""
+    """Print *exc* as ``runx-actors: <command>: <message>`` (one line) plus a ``hint:``
+    line, and return its exit code."""
     exc = unwrap(exc)
-    click.echo(f"runx-actors: {command}: {exc}", err=True)
+    click.echo(f"runx-actors: {command}: {' '.join(str(exc).split())}", err=True)
     hint = hint_for(exc)
     if hint:
         click.echo(f"hint: {hint}", err=True)
