@@ -399,8 +399,10 @@ def loads_yaml(data: bytes | bytearray | memoryview | str, *, source: str,
         MalformedInputError: naming *source* and, when the parser knows it, the line.
     """
     text = _text(data, source, max_bytes)
-    loader = _StrictLoader(text, source=source, max_depth=max_depth)
+    loader: _StrictLoader | None = None
     try:
+        # the reader checks the characters in the constructor: inside the try
+        loader = _StrictLoader(text, source=source, max_depth=max_depth)
         value = loader.get_single_data()
     except MalformedInputError:
         raise
@@ -414,7 +416,8 @@ def loads_yaml(data: bytes | bytearray | memoryview | str, *, source: str,
     except RecursionError:  # defensive: compose_node bounds the depth
         raise _too_deep(source, max_depth) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     _check_surrogates(value, source)
     if mapping and not isinstance(value, dict):
         kind = "empty" if value is None else f"a {_yaml_kind(value)}"

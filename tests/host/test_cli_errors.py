@@ -1,0 +1,246 @@
+"""No raw traceback reaches a CLI user (issue 12 deliverable 2, RUN-CLI-1).
+
+The regressions of the issue first (deep ``--input-json``, a top-level scalar / list /
+empty ``X.yaml``), then the top-level handler's contract (a library error → its
+documented exit code, one line and a hint; anything else → 70 and "rerun with --debug";
+``--debug`` / ``RUNX_ACTORS_DEBUG=1`` print the traceback), then hypothesis driving the
+commands with malformed arguments and files.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from hypothesis import given
+from hypothesis import strategies as st
+from loop_support import EXAMPLE
+
+from runx_actors.cli import EX_SOFTWARE, main
+from runx_actors.host import cli_commands
+
+#: The exit codes the README documents for the loop host's commands (loop-host §9.1).
+DOCUMENTED = {0, 1, 2, 3, 64}
+SIGNING_ENV = {
+    "RUNX_RECEIPT_SIGN_KID": "runx-demo-key",
+    "RUNX_RECEIPT_SIGN_ED25519_SEED_BASE64": base64.b64encode(b"B" * 32).decode(),
+    "RUNX_RECEIPT_SIGN_ISSUER_TYPE": "hosted",
+}
+CLEAN_ENV: dict[str, str | None] = {
+    name: None for name in (
+        "RUNX_RECEIPT_VERIFY_KID", "RUNX_RECEIPT_VERIFY_ED25519_PUBLIC_KEY_BASE64",
+        "RUNX_RECEIPT_DIR", "RUNX_LOOP_RECEIPT_DIR", "RUNX_PROJECT_DIR", "RUNX_CWD",
+        "INIT_CWD", "RUNX_RUN_ID", "RUNX_ACTORS_STORE", "RUNX_ACTORS_DEBUG")
+}
+
+
+@pytest.fixture(scope="module")
+def scratch() -> Iterator[Path]:
+    """One directory for the whole module (hypothesis examples share it)."""
+    with tempfile.TemporaryDirectory(prefix="runx-cli-errors-") as name:
+        root = Path(name)
+        shutil.copytree(EXAMPLE, root / "pkg")
+        (root / "ws").mkdir()
+        yield root
+
+
+def run(args: list[str], cwd: Path, *, stdin: bytes | None = None, **env: str) -> Result:
+    merged: dict[str, str | None] = {**CLEAN_ENV, **SIGNING_ENV, "RUNX_CWD": str(cwd / "ws"),
+                                     **env}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        return CliRunner().invoke(main, args, env=merged, input=stdin,
+                                  catch_exceptions=False)
+
+
+def assert_clean(result: Result, codes: set[int] = DOCUMENTED) -> None:
+    output = result.output + (result.stderr if result.stderr_bytes else "")
+    assert "Traceback" not in output, output
+    assert result.exit_code in codes, (result.exit_code, output)
+
+
+def _write_xyaml(scratch: Path, text: str | bytes) -> Path:
+    package = scratch / "pkg"
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    (package / "X.yaml").write_bytes(data)
+    return package
+
+
+# -- the issue's regressions ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("depth", [1_000, 100_000])
+def test_deep_input_json_is_a_usage_error(tmp_path: Path, depth: int) -> None:
+    (tmp_path / "ws").mkdir()
+    result = run(["skill", str(EXAMPLE), "--input-json", "objective=" + "[" * depth
+                  + "]" * depth], tmp_path)
+    assert_clean(result, {64})
+    assert "nested deeper than 64" in result.output
+
+
+@pytest.mark.parametrize("text", ["42\n", "- a\n", "", "name: [1\n", "a: 1\na: 2\n",
+                                  "name: " + "[" * 50_000 + "]" * 50_000])
+def test_malformed_xyaml_exits_1_with_one_line(tmp_path: Path, text: str) -> None:
+    (tmp_path / "ws").mkdir()
+    package = tmp_path / "pkg"
+    shutil.copytree(EXAMPLE, package)
+    (package / "X.yaml").write_text(text)
+    result = run(["skill", str(package)], tmp_path)
+    assert_clean(result, {1})
+    lines = result.output.splitlines()
+    assert lines[0].startswith("runx-actors: skill: ") and lines[1].startswith("hint: ")
+    assert len(lines) == 2
+
+
+def test_xyaml_symlink_to_dev_zero_via_cli(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    package = tmp_path / "pkg"
+    shutil.copytree(EXAMPLE, package)
+    (package / "X.yaml").unlink()
+    (package / "X.yaml").symlink_to("/dev/zero")
+    for command in (["skill", str(package)], ["harness", str(package)]):
+        result = run(command, tmp_path)
+        assert_clean(result, {1})
+        assert "symlink" in result.output
+
+
+# -- the top-level handler -------------------------------------------------------------------
+
+
+def _boom(*_: Any, **__: Any) -> Any:
+    raise RuntimeError("simulated bug")
+
+
+def test_unexpected_exception_exits_70_with_one_line(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "ws").mkdir()
+    monkeypatch.setattr(cli_commands, "load_package", _boom)
+    result = run(["skill", str(EXAMPLE)], tmp_path)
+    assert result.exit_code == EX_SOFTWARE
+    assert "Traceback" not in result.output
+    assert result.output.splitlines() == [
+        "runx-actors: internal error: RuntimeError: simulated bug",
+        "hint: this is a bug; rerun with --debug (or RUNX_ACTORS_DEBUG=1) for the traceback"]
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_debug_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   how: str) -> None:
+    (tmp_path / "ws").mkdir()
+    monkeypatch.setattr(cli_commands, "load_package", _boom)
+    args = ["--debug", "skill", str(EXAMPLE)] if how == "flag" else ["skill", str(EXAMPLE)]
+    extra = {"RUNX_ACTORS_DEBUG": "1"} if how == "env" else {}
+    result = run(args, tmp_path, **extra)
+    assert result.exit_code == EX_SOFTWARE
+    assert "Traceback (most recent call last)" in result.output
+    assert "RuntimeError: simulated bug" in result.output
+
+
+def test_library_error_escaping_a_command_keeps_its_exit_code(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A RunxError no command caught still gets its documented code (LoopIntegrityError:
+    3), one line and its hint."""
+    from runx_actors.host.errors import LoopIntegrityError
+
+    def integrity(*_: Any, **__: Any) -> Any:
+        raise LoopIntegrityError("receipt chain broken", loop_id="l", turn_index=1,
+                                 check="x")
+
+    monkeypatch.setattr(cli_commands, "verify_command", integrity)
+    result = run(["verify", "-R", "D"], tmp_path)
+    assert result.exit_code == 3
+    assert result.output.splitlines()[0] == "runx-actors: receipt chain broken"
+    assert result.output.splitlines()[1].startswith("hint: ")
+
+
+# -- hypothesis: malformed arguments and files ---------------------------------------------
+
+_EXAMPLE_XYAML = (EXAMPLE / "X.yaml").read_text(encoding="utf-8")
+_HOSTILE_YAML = st.sampled_from([
+    "", "~", "42", "[]", "- 1", "!!binary AAAA", "a: !!python/name:os.system x", "a: &x [*x]",
+    "<<: {name: x}", "name: .nan", "name: x\nname: y", "{" * 200 + "}" * 200,
+    "runners: {turn: {type: scripted-run, allowed_tools: [a], allowed_tools: [a, b]}}",
+    "name: loop\nrunners: 7", "name: loop\nrunners: {turn: []}", "\ufeffname: x",
+])
+
+
+@st.composite
+def mutated_xyaml(draw: st.DrawFn) -> str:
+    text = _EXAMPLE_XYAML
+    start = draw(st.integers(0, len(text)))
+    end = draw(st.integers(start, min(len(text), start + 40)))
+    insert = draw(st.one_of(st.text(max_size=20), _HOSTILE_YAML))
+    return text[:start] + insert + text[end:]
+
+
+@given(text=st.one_of(_HOSTILE_YAML, st.text(max_size=200), mutated_xyaml(),
+                      st.binary(max_size=100).map(lambda b: b.decode("latin-1"))))
+def test_skill_with_malformed_xyaml_never_tracebacks(scratch: Path, text: str) -> None:
+    package = _write_xyaml(scratch, text)
+    assert_clean(run(["skill", str(package), "-R", "D", "--store", "s.sqlite"], scratch))
+
+
+_JSONISH = st.one_of(
+    st.text(max_size=120),
+    st.sampled_from(["NaN", "[Infinity]", '{"a":1,"a":2}', "1e999", "[" * 5000, '"\\ud800"',
+                     "{" * 70 + "}" * 70, '{"answers": {"x": {"y": NaN}}}',
+                     '{"answers": [], "approvals": 3}', "null", "[]", '{"answers": {}}']),
+    st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                 lambda inner: st.lists(inner, max_size=3)
+                 | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                 max_leaves=12).map(json.dumps),
+)
+
+
+@given(value=_JSONISH, key=st.sampled_from(["objective", "turn_index", "k", "", "loop_id"]),
+       strict=st.booleans())
+def test_skill_inputs_never_traceback(scratch: Path, value: str, key: str,
+                                      strict: bool) -> None:
+    option = "--input-json" if strict else "-i"
+    assert_clean(run(["skill", str(EXAMPLE), option, f"{key}={value}", "-R", "D",
+                      "--store", "s.sqlite"], scratch))
+
+
+@given(document=st.one_of(_JSONISH, st.binary(max_size=100).map(
+    lambda b: b.decode("latin-1"))), via_stdin=st.booleans())
+def test_resume_with_malformed_answers_never_tracebacks(scratch: Path, document: str,
+                                                        via_stdin: bool) -> None:
+    data = document.encode("utf-8", "surrogatepass")
+    if via_stdin:
+        result = run(["resume", "run_x", "-", "--store", "s.sqlite"], scratch, stdin=data)
+    else:
+        (scratch / "answers.json").write_bytes(data)
+        result = run(["resume", "run_x", "answers.json", "--store", "s.sqlite"], scratch)
+    assert_clean(result, {1})
+
+
+_VOCABULARY = st.sampled_from([
+    "skill", "resume", "harness", "verify", "demo", "--json", "-R", "--store", "--scope",
+    "--runner", "-i", "--input-json", "--receipt", "-", "--scenario", "--debug", "x=1",
+    "=", "loop-orchestration", "nonexistent", "/dev/null", "/", "", "--no-such-option",
+    "--allow-local-development-signatures", "sha256:" + "0" * 64, "D", "pkg", "pkg/X.yaml",
+    "--help",
+])
+
+
+@given(args=st.lists(st.one_of(_VOCABULARY, st.text(max_size=12)), min_size=1, max_size=6))
+def test_random_arguments_never_traceback(scratch: Path, args: list[str]) -> None:
+    if args[0] == "demo" and "--help" not in args:
+        args = [*args[:1], "--scenario", "no-such-scenario", *args[1:]]  # keep it quick
+    if "check" in args:  # model checking with random bounds is not a quick usage test
+        return
+    assert_clean(run(args, scratch, RUNX_LOOP_RECEIPT_DIR=str(scratch / "loopD")))
+
+
+@given(data=st.one_of(st.binary(max_size=300), _JSONISH.map(str.encode)))
+def test_verify_receipt_input_never_tracebacks(scratch: Path, data: bytes) -> None:
+    (scratch / "r.json").write_bytes(data)
+    assert_clean(run(["verify", "--receipt", "r.json"], scratch), {1, 3})
+    assert_clean(run(["verify", "--receipt", "-"], scratch, stdin=data), {1, 3})
