@@ -216,3 +216,15 @@ def test_limit_override(monkeypatch: pytest.MonkeyPatch) -> None:
     assert limit_for("answers", {"RUNX_ACTORS_MAX_ANSWERS_BYTES": "5"}) == 5
     with pytest.raises(MalformedInputError):
         limit_for("answers", {"RUNX_ACTORS_MAX_ANSWERS_BYTES": "-5"})
+
+
+def test_readme_documents_every_file_cap() -> None:
+    """The README's "Hostile input" table names each cap and its override as LIMITS has
+    them (the kinds a user can hit from the CLI)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    documented = {"package_manifest", "skill_md", "package_file", "harness_case", "answers",
+                  "input_json", "receipt", "receipt_index"}
+    for kind in documented:
+        size = LIMITS[kind] // (1024 * 1024)
+        row = f"| {size} MiB | `RUNX_ACTORS_MAX_{kind.upper()}_BYTES` |"
+        assert row in readme, row
