@@ -261,8 +261,6 @@ def loads_json(data: bytes | bytearray | memoryview | str, *, source: str,
     except ValueError as exc:  # e.g. an integer with more digits than int() accepts
         raise MalformedInputError(f"invalid JSON: {exc}", source=source,
                                   reason="syntax") from None
-    except RecursionError:  # defensive: the scan above bounds the depth
-        raise _too_deep(source, max_depth) from None
     _check_surrogates(value, source)
     return value
 
@@ -413,8 +411,6 @@ def loads_yaml(data: bytes | bytearray | memoryview | str, *, source: str,
     except yaml.YAMLError as exc:
         raise MalformedInputError(f"invalid YAML: {exc}", source=source,
                                   reason="syntax") from None
-    except RecursionError:  # defensive: compose_node bounds the depth
-        raise _too_deep(source, max_depth) from None
     finally:
         if loader is not None:
             loader.dispose()

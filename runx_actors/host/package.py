@@ -402,9 +402,7 @@ def package_digest(root: str | os.PathLike[str]) -> str:
             if stat.S_ISLNK(mode):
                 raise PackageError(f"symlink in package: {full}", path=str(base),
                                    reason="symlink")
-            if not stat.S_ISREG(mode):
-                raise PackageError(f"not a regular file in package: {full}",
-                                   path=str(base), reason="not_regular")
+            # devices, FIFOs and sockets are refused by read_regular_file below
             files.append((PurePosixPath(*full.relative_to(base).parts).as_posix(), full))
     files.sort(key=lambda item: item[0])
     cap = limit_for("package_file")

@@ -228,3 +228,36 @@ def test_readme_documents_every_file_cap() -> None:
         size = LIMITS[kind] // (1024 * 1024)
         row = f"| {size} MiB | `RUNX_ACTORS_MAX_{kind.upper()}_BYTES` |"
         assert row in readme, row
+
+
+def test_oversized_file_is_refused_from_its_size_without_reading(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    big = tmp_path / "big"
+    with big.open("wb") as handle:
+        handle.truncate(60 * 1024 * 1024)
+
+    def no_read(*_: object) -> bytes:
+        raise AssertionError("read a file already known to be too large")
+
+    monkeypatch.setattr("runx_actors._strictread.os.read", no_read)
+    with pytest.raises(MalformedInputError) as info:
+        read_regular_file(big, max_bytes=1024)
+    assert info.value.reason == "too_large"
+
+
+def test_a_growing_file_is_read_at_most_cap_plus_one(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """st_size says small, the content keeps coming (a file appended to while read)."""
+    small = tmp_path / "small"
+    small.write_bytes(b"x")
+    seen: list[int] = []
+
+    def endless(_fd: int, size: int) -> bytes:
+        seen.append(size)
+        return b"y" * size
+
+    monkeypatch.setattr("runx_actors._strictread.os.read", endless)
+    with pytest.raises(MalformedInputError) as info:
+        read_regular_file(small, max_bytes=3 * 1024 * 1024)
+    assert info.value.reason == "too_large"
+    assert sum(seen) == 3 * 1024 * 1024 + 1
