@@ -244,3 +244,12 @@ def test_verify_receipt_input_never_tracebacks(scratch: Path, data: bytes) -> No
     (scratch / "r.json").write_bytes(data)
     assert_clean(run(["verify", "--receipt", "r.json"], scratch), {1, 3})
     assert_clean(run(["verify", "--receipt", "-"], scratch, stdin=data), {1, 3})
+
+
+def test_verify_receipt_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "pipe.json")
+    result = run(["verify", "--receipt", "pipe.json"], tmp_path)
+    assert_clean(result, {1})
+    assert "not a regular file" in result.output

@@ -13,6 +13,7 @@ from typing import Any, BinaryIO
 
 import attrs
 
+from ..._strictread import MalformedInputError, read_regular_file
 from ._c14n import parse_receipt_json
 from ._errors import ReceiptInputError
 from ._findings import Finding
@@ -74,8 +75,16 @@ def read_receipt_input(
                                         reason="unreadable")
             data = stdin.read(limit + 1)
         else:
-            with open(Path(cwd) / source, "rb") as handle:
-                data = handle.read(limit + 1)
+            # a regular file (a FIFO or a device would block or never end), at most
+            # limit + 1 bytes; a symlink the user names is followed
+            data = read_regular_file(Path(cwd) / source, max_bytes=limit,
+                                     follow_symlinks=True)
+    except MalformedInputError as exc:
+        if exc.reason == "too_large":
+            raise ReceiptInputError(f"{source} is larger than 10 MiB", source=source,
+                                    reason="too_large") from None
+        raise ReceiptInputError(f"cannot read {exc}", source=source,
+                                reason="unreadable") from None
     except OSError as exc:
         raise ReceiptInputError(f"cannot read {source}: {exc.strerror or exc}",
                                 source=source, reason="unreadable") from None
