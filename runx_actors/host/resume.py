@@ -183,6 +183,8 @@ def _check_answer(runner: Any, info: RequestInfo, key: str, value: dict[str, Any
     if bad:
         raise AnswersError(f"{key}: outputs must be strings: {bad}", key=key)
     if "closure" in value:
+        if not isinstance(value["closure"], Mapping):  # cattrs would raise AttributeError
+            raise AnswersError(f"{key}: closure must be an object", key=key)
         try:
             closure = _converter.structure(value["closure"], Closure)
         except (cattrs.errors.BaseValidationError, TypeError, ValueError) as exc:

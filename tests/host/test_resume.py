@@ -265,3 +265,18 @@ def test_answers_for_answered_requests() -> None:
                                          "approval.fs.read.3"]
     with pytest.raises(AnswersError):
         parse_answers({"approvals": {"approval.fs.read": "yes"}})
+
+
+@pytest.mark.parametrize("closure", [None, [], 3, "closed", True])
+async def test_a_closure_that_is_not_an_object_is_an_answers_error(
+        tmp_path: Path, closure: Any) -> None:
+    """Found by tests/host/test_fuzz_inputs.py (dev profile): ``"closure": null`` raised
+    AttributeError out of cattrs."""
+    env = make_env(tmp_path)
+    parked = await pause_gate(env)
+    before = commits(env)
+    with pytest.raises(AnswersError):
+        await resume_run(env.store, parked["run_id"],
+                         {"answers": {GATE_REQUEST: {**GATE_ANSWER, "closure": closure}}},
+                         config=env.config(), scope=SCOPE)
+    assert commits(env) == before
