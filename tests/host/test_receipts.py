@@ -188,7 +188,12 @@ def test_signature_over_digest_string() -> None:
 
 
 def test_receipt_id_and_digest_formulas() -> None:
-    """§10 scenario 1: the §4.7 unsealed receipt sealed with the demo seed."""
+    """§10 scenario 1: the §4.7 unsealed receipt sealed with the demo seed.
+
+    §4.7's JSON is the older shape (bare ``{value}`` commitments, no ``signals`` /
+    ``decisions`` / ``acts``). It is still checked byte for byte because it seals the JSON
+    as written and the §4.4 formulas did not change; the current shape has its own vector
+    (``spec/vectors/receipt-success-turn-1.json``, checked in test_receipt_schema.py)."""
     receipt = vector_receipt()
     assert receipt.id == "sha256:8d32e82a8baebd1926a5bc86b7076f0e2c5379e70f95d07b35cfd0bb93b75f01"
     assert receipt.digest == (
