@@ -253,3 +253,17 @@ def test_verify_receipt_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
     result = run(["verify", "--receipt", "pipe.json"], tmp_path)
     assert_clean(result, {1})
     assert "not a regular file" in result.output
+
+
+_FIXTURE = "name: f\nkind: graph\ntarget: pkg\nrunner: context-gate\n" \
+           "inputs: {objective: x}\nexpect: {status: sealed}\n"
+
+
+@given(text=st.one_of(_HOSTILE_YAML, st.text(max_size=120), st.builds(
+    lambda start, insert: _FIXTURE[:start] + insert + _FIXTURE[start:],
+    st.integers(0, len(_FIXTURE)), st.one_of(_HOSTILE_YAML, st.text(max_size=10)))))
+def test_harness_with_malformed_fixture_files_never_tracebacks(scratch: Path,
+                                                               text: str) -> None:
+    (scratch / "pkg" / "X.yaml").write_text(_EXAMPLE_XYAML, encoding="utf-8")
+    (scratch / "fixture.yaml").write_text(text, encoding="utf-8", errors="surrogatepass")
+    assert_clean(run(["harness", "fixture.yaml", "-R", "HD"], scratch))
