@@ -93,6 +93,7 @@ from .errors import CommandConflictError as CommandConflictError
 from .errors import CommandRefusedError as CommandRefusedError
 from .errors import CorruptLogError as CorruptLogError
 from .errors import CorruptRecordError as CorruptRecordError
+from .errors import CorruptStoreError as CorruptStoreError
 from .errors import DecodeError as DecodeError
 from .errors import DispatchError as DispatchError
 from .errors import DispatchRejectedError as DispatchRejectedError
@@ -302,6 +303,7 @@ __all__ = [
     "LeaseLostError",
     "SchemaVersionError",
     "CorruptRecordError",
+    "CorruptStoreError",
     "NS_MODEL_REQUEST",
     "NS_MODEL_STEP",
     "NS_TOOL_CALL",

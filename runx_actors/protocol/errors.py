@@ -59,6 +59,7 @@ __all__ = [
     "FencedError",
     "LeaseLostError",
     "SchemaVersionError",
+    "CorruptStoreError",
     "CorruptRecordError",
 ]
 
@@ -167,8 +168,19 @@ class SchemaVersionError(RunxError):
     """A store's on-disk schema version is unknown to this build."""
 
 
-class CorruptRecordError(RunxError):
-    """A stored row cannot be decoded; attributes name it (``run_id``, ``position``)."""
+class CorruptStoreError(RunxError):
+    """A store is damaged: its file is not a runx_actors store (truncated, garbage,
+    zero bytes, foreign), a table is missing, a persisted epoch is invalid, the commit-id
+    index disagrees with the facts, or a row's chain digest does not match (RUN-STO-1 …
+    RUN-STO-3). Nothing was written. Attributes (those that apply): ``path`` (file or
+    DSN), ``table``, ``row`` (the row's key as text), ``scope``, ``run_id``, ``position``.
+    """
+
+
+class CorruptRecordError(CorruptStoreError):
+    """One stored row is damaged: it does not decode, is missing from its stream, or its
+    chain digest does not match. Attributes name it: ``table``, ``row``, ``scope``,
+    ``run_id`` (or ``stream``), ``position``."""
 
 
 class LoopError(RunxError):

@@ -1,0 +1,294 @@
+"""A store that knows it is damaged (issue 12 deliverable 3; RUN-STO-1 … RUN-STO-4).
+
+A parked governed Run is made once through the CLI in a SQLite file; each test copies it,
+damages the copy the way the issue lists (truncated, garbage, zero-byte or foreign file, a
+dropped table, a frozen body stored as TEXT, deleted frozen rows, a deleted ``commits`` row,
+``scopes.epoch = -5``, the Run's last fact deleted, an edited fact), then asserts:
+
+* the store raises a typed ``CorruptStoreError`` (``CorruptRecordError`` for one row) naming
+  the table, row, Run and position;
+* ``runx-actors resume`` fails with an exit code and a one-line message, no traceback, and the
+  store FILE (database and ``-wal``) is byte-identical afterwards;
+* ``runx-actors store check`` exits 3 on the damage and 0 on the clean copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from click.testing import CliRunner, Result
+
+from runx_actors.cli import main
+from runx_actors.protocol.errors import CorruptRecordError, CorruptStoreError, RunxError
+from runx_actors.store.sqlite import open_sqlite_store
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "loop-orchestration"
+OBJECTIVE = "Review whether the next turn may continue."
+GATE_REQUEST = "agent_task.review-loop-plan.output"
+GATE_ANSWER = {"decision": "continue", "requested_tool": "fs.read",
+               "stop_condition": "after one turn", "summary": "ok"}
+SIGNING_ENV = {
+    "RUNX_RECEIPT_SIGN_KID": "runx-demo-key",
+    "RUNX_RECEIPT_SIGN_ED25519_SEED_BASE64": "QkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkI=",
+    "RUNX_RECEIPT_SIGN_ISSUER_TYPE": "hosted",
+}
+CLEAN_ENV: dict[str, str | None] = {
+    name: None for name in (
+        "RUNX_RECEIPT_VERIFY_KID", "RUNX_RECEIPT_VERIFY_ED25519_PUBLIC_KEY_BASE64",
+        "RUNX_RECEIPT_DIR", "RUNX_LOOP_RECEIPT_DIR", "RUNX_PROJECT_DIR", "RUNX_CWD",
+        "INIT_CWD", "RUNX_RUN_ID", "RUNX_ACTORS_STORE")
+}
+STORE = "store.sqlite3"
+
+
+def invoke(args: list[str], cwd: Path, stdin: str | None = None) -> Result:
+    """``runx-actors <args>`` from *cwd* (workspace ``cwd/ws``)."""
+    env: dict[str, str | None] = {**CLEAN_ENV, **SIGNING_ENV, "RUNX_CWD": str(cwd / "ws")}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        patch.setattr(tempfile, "tempdir", str(cwd))
+        return CliRunner().invoke(main, args, env=env, input=stdin, catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def parked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A directory holding ``ws/``, ``store.sqlite3`` with a Run parked at the context gate,
+    and ``answers.json`` answering it; plus the run id."""
+    base = tmp_path_factory.mktemp("parked")
+    (base / "ws").mkdir()
+    shutil.copy(EXAMPLE / "workspace" / "NOTES.md", base / "ws" / "NOTES.md")
+    result = invoke(["skill", str(EXAMPLE), "--runner", "context-gate", "-i",
+                     f"objective={OBJECTIVE}", "--store", STORE, "-R", "D", "--json"], base)
+    assert result.exit_code == 2, result.output
+    (base / "answers.json").write_text(json.dumps({"answers": {GATE_REQUEST: GATE_ANSWER}}))
+    return base, json.loads(result.stdout)["run_id"]
+
+
+@pytest.fixture()
+def copy(parked: tuple[Path, str], tmp_path: Path) -> tuple[Path, str]:
+    base, run_id = parked
+    shutil.copytree(base, tmp_path / "c")
+    return tmp_path / "c", run_id
+
+
+def fingerprint(path: Path) -> dict[str, str | None]:
+    """sha256 of the database file and of its ``-wal`` (None when absent)."""
+    out: dict[str, str | None] = {}
+    for name in (path, Path(str(path) + "-wal")):
+        out[name.name] = hashlib.sha256(name.read_bytes()).hexdigest() if name.exists() \
+            else None
+    return out
+
+
+def sql(path: Path, *statements: str) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for statement in statements:
+            conn.execute(statement)
+    finally:
+        conn.close()
+
+
+def truncate(path: Path, run_id: str) -> None:
+    with path.open("r+b") as f:
+        f.truncate(path.stat().st_size // 3)
+
+
+def garbage(path: Path, run_id: str) -> None:
+    path.write_bytes(os.urandom(8192))
+
+
+def zero_bytes(path: Path, run_id: str) -> None:
+    path.write_bytes(b"")
+
+
+def foreign(path: Path, run_id: str) -> None:
+    path.unlink()
+    sql(path, "CREATE TABLE notes (x TEXT)", "INSERT INTO notes VALUES ('mine')")
+
+
+def foreign_empty(path: Path, run_id: str) -> None:
+    path.unlink()
+    sql(path, "PRAGMA user_version = 0", "VACUUM")
+
+
+def drop_table(path: Path, run_id: str) -> None:
+    sql(path, "DROP TABLE frozen")
+
+
+def frozen_text(path: Path, run_id: str) -> None:
+    sql(path, "UPDATE frozen SET data = CAST(data AS TEXT)")
+
+
+def frozen_deleted(path: Path, run_id: str) -> None:
+    sql(path, "DELETE FROM frozen")
+
+
+def commit_deleted(path: Path, run_id: str) -> None:
+    sql(path, "DELETE FROM commits WHERE seq = (SELECT MAX(seq) FROM commits)")
+
+
+def epoch_negative(path: Path, run_id: str) -> None:
+    sql(path, "UPDATE scopes SET epoch = -5")
+
+
+def last_fact_deleted(path: Path, run_id: str) -> None:
+    sql(path, f"DELETE FROM events WHERE stream = 'run/{run_id}' AND idx = "
+              f"(SELECT MAX(idx) FROM events WHERE stream = 'run/{run_id}')")
+
+
+def middle_fact_deleted(path: Path, run_id: str) -> None:
+    sql(path, f"DELETE FROM events WHERE stream = 'run/{run_id}' AND idx = 2",
+        f"UPDATE events SET idx = idx - 1 WHERE stream = 'run/{run_id}' AND idx > 2")
+
+
+def fact_edited(path: Path, run_id: str) -> None:
+    # a still-decodable edit: the input's id changes
+    sql(path, f"UPDATE events SET data = CAST(replace(CAST(data AS TEXT), '/input-0', '/input-9') "
+              f"AS BLOB) WHERE stream = 'run/{run_id}' AND idx = 1")
+
+
+DAMAGE: dict[str, Callable[[Path, str], None]] = {
+    "truncated": truncate, "garbage": garbage, "zero_bytes": zero_bytes, "foreign": foreign,
+    "foreign_empty": foreign_empty, "dropped_table": drop_table, "frozen_text": frozen_text,
+    "frozen_deleted": frozen_deleted, "commit_deleted": commit_deleted,
+    "epoch_negative": epoch_negative, "last_fact_deleted": last_fact_deleted,
+    "middle_fact_deleted": middle_fact_deleted, "fact_edited": fact_edited,
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_resume_refuses_damage_and_writes_nothing(copy: tuple[Path, str], damage: str) -> None:
+    base, run_id = copy
+    store = base / STORE
+    DAMAGE[damage](store, run_id)
+    before = fingerprint(store)
+    result = invoke(["resume", run_id, "answers.json", "--store", STORE, "-R", "D"], base)
+    assert result.exit_code in (1, 3), result.output
+    assert "Traceback" not in result.output
+    assert "runx-actors: resume:" in result.stderr
+    assert fingerprint(store) == before
+    assert not (base / "D").exists() or not list((base / "D").glob("sha256-*.json"))
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_store_check_finds_damage(copy: tuple[Path, str], damage: str) -> None:
+    base, run_id = copy
+    store = base / STORE
+    DAMAGE[damage](store, run_id)
+    before = fingerprint(store)
+    result = invoke(["store", "check", STORE, "--json"], base)
+    assert result.exit_code == 3, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] is False and report["problems"]
+    assert fingerprint(store) == before
+
+
+def test_store_check_clean(copy: tuple[Path, str]) -> None:
+    base, _ = copy
+    before = fingerprint(base / STORE)
+    result = invoke(["store", "check", STORE, "--json"], base)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    assert report["runs"] == 1 and report["events"] >= 7
+    assert fingerprint(base / STORE) == before
+    text = invoke(["store", "check", STORE], base)
+    assert text.exit_code == 0 and "ok" in text.stdout
+
+
+def test_store_check_usage(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    assert invoke(["store", "check"], tmp_path).exit_code == 64
+    missing = invoke(["store", "check", "nope.sqlite3"], tmp_path)
+    assert missing.exit_code == 64 and not (tmp_path / "nope.sqlite3").exists()
+
+
+def test_resume_on_clean_copy_still_seals(copy: tuple[Path, str]) -> None:
+    base, run_id = copy
+    result = invoke(["resume", run_id, "answers.json", "--store", STORE, "-R", "D"], base)
+    assert result.exit_code == 0, result.output
+
+
+# -- the library raises typed errors naming what is damaged -----------------------------
+
+
+async def _record(path: Path, run_id: str) -> Any:
+    async with open_sqlite_store(path) as store:
+        reader = await store.reader("default")
+        return await reader.record(run_id)
+
+
+@pytest.mark.parametrize("damage, table", [
+    ("truncated", None), ("garbage", None), ("zero_bytes", None), ("foreign", None),
+    ("foreign_empty", None), ("dropped_table", "frozen"), ("epoch_negative", "scopes"),
+])
+async def test_open_names_the_damage(copy: tuple[Path, str], damage: str,
+                                     table: str | None) -> None:
+    base, run_id = copy
+    store = base / STORE
+    DAMAGE[damage](store, run_id)
+    before = fingerprint(store)
+    with pytest.raises(CorruptStoreError) as info:
+        await _record(store, run_id)
+    assert getattr(info.value, "path", None) == str(store)
+    if table is not None:
+        assert info.value.table == table
+    assert fingerprint(store) == before
+
+
+@pytest.mark.parametrize("damage, table, position", [
+    ("commit_deleted", "commits", 4), ("last_fact_deleted", "events", 5),
+    ("middle_fact_deleted", "events", 2), ("fact_edited", "events", 1),
+])
+async def test_record_names_the_row(copy: tuple[Path, str], damage: str, table: str,
+                                    position: int) -> None:
+    base, run_id = copy
+    store = base / STORE
+    DAMAGE[damage](store, run_id)
+    with pytest.raises(CorruptRecordError) as info:
+        await _record(store, run_id)
+    err = info.value
+    assert (err.table, err.run_id, err.position) == (table, run_id, position)
+    assert isinstance(err, CorruptStoreError) and isinstance(err, RunxError)
+
+
+@pytest.mark.parametrize("damage", ["frozen_text", "frozen_deleted"])
+async def test_frozen_damage_is_typed(copy: tuple[Path, str], damage: str) -> None:
+    base, run_id = copy
+    store = base / STORE
+    DAMAGE[damage](store, run_id)
+    async with open_sqlite_store(store) as opened:
+        digest = sqlite3.connect(store).execute(
+            "SELECT digest FROM frozen LIMIT 1").fetchone()
+        reader = await opened.reader("default")
+        facts = await reader.run_facts(run_id)
+        d = facts[1].input.digest  # type: ignore[attr-defined]
+        with pytest.raises(CorruptStoreError) as info:
+            await opened.frozen.get(d)
+        assert info.value.table == "frozen" and info.value.row == d
+        del digest
+
+
+def test_new_store_is_created_only_where_nothing_exists(tmp_path: Path) -> None:
+    path = tmp_path / "new.sqlite3"
+
+    async def open_and_epoch() -> int:
+        async with open_sqlite_store(path) as store:
+            w = await store.open("s")
+            return int(w.epoch)
+
+    assert trio.run(open_and_epoch) == 1
+    assert trio.run(open_and_epoch) == 2
+    assert not list(tmp_path.glob("*.tmp*"))
