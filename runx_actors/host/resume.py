@@ -28,6 +28,7 @@ from ..protocol.canonical import canonical_json_text
 from ..protocol.digests import digest_tool_response_payload
 from ..protocol.values import RunStatus
 from ..runtime import answer, approve, reject
+from ..store._verify import verify_run
 from ._governed import (
     GovernedSession,
     HostConfig,
@@ -281,6 +282,9 @@ async def resume_run(store: Any, run_id: str, answers: Any, *, config: HostConfi
     Raises:
         UnknownRunError, AnswersError, ApprovalNotAttestedError, ContextSkillChanged,
         PackageChangedError, PackageError: nothing was committed.
+        CorruptStoreError, CorruptRecordError: the store or the Run is damaged (a fact, the
+            commit-id index, an epoch or a frozen body); checked before anything is
+            written, so nothing was.
         OwnershipLostError: another writer took over the scope.
     """
     reader = await store.reader(scope)
@@ -292,6 +296,9 @@ async def resume_run(store: Any, run_id: str, answers: Any, *, config: HostConfi
     runner_name = str(opened["runner"])
     parsed = answers if isinstance(answers, AnswersFile) else parse_answers(answers)
     state = (await reader.record(run_id)).state
+    # RUN-STO-4: the Run's facts and bodies are checked before a writer is opened (which
+    # bumps the scope's epoch) or anything is committed.
+    await verify_run(reader, store.frozen, run_id)
     if state.status is not RunStatus.ACTIVE:
         async with open_session(store, scope, package, runner_name, config) as session:
             result = await report_ended(session, run_id)

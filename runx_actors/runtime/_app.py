@@ -22,7 +22,7 @@ from ..protocol import facts as F
 from ..protocol.canonical import canonical_json_text, decode_frozen, typed_envelope
 from ..protocol.commit import CommitRequest, CommitResult, Snapshot, envelope
 from ..protocol.digests import decision_digest, digest_tool_response_payload
-from ..protocol.errors import FrozenValueMissingError, ValidationError
+from ..protocol.errors import CorruptRecordError, FrozenValueMissingError, ValidationError
 from ..protocol.ids import derive_input_command_id, derive_response_command_id
 from ..protocol.plan import Prompt, PromptInput, waiting_calls
 from ..protocol.values import (
@@ -129,10 +129,19 @@ class TranscriptBuilder:
         self.system = system
 
     async def _body(self, digest: str, type_name: str) -> Any:
+        """The frozen body *digest* of type *type_name*.
+
+        Raises:
+            CorruptRecordError: the body is missing (``table="frozen"``, ``row`` = the
+                digest): a Run's bodies are frozen with its facts, so a missing one means
+                the store is damaged (RUN-STO-4); no placeholder is substituted.
+        """
         try:
             return decode_frozen(type_name, digest, await self._frozen.get(digest))
-        except FrozenValueMissingError:
-            return None
+        except FrozenValueMissingError as exc:
+            raise CorruptRecordError(f"the frozen body {digest} ({type_name}) is missing",
+                                     table="frozen", row=digest, digest=digest,
+                                     reason="missing") from exc
 
     async def messages(self, run_id: RunID) -> list[dict[str, Any]]:
         msgs: list[dict[str, Any]] = []

@@ -10,8 +10,9 @@ cache, replay a commit's facts and decode a stream. None opens or ends a transac
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from ..protocol._codec import decode_fact, decode_value, encode_value
@@ -20,6 +21,7 @@ from ..protocol.canonical import read_envelope
 from ..protocol.commit import Snapshot, fold_run
 from ..protocol.errors import (
     CorruptRecordError,
+    CorruptStoreError,
     EvolveError,
     FrozenValueMissingError,
     OwnershipLostError,
@@ -29,11 +31,12 @@ from ..protocol.errors import (
 from ..protocol.facts import EVENT_TYPE_PREFIX, Fact
 from ..protocol.state import MachineState
 from ..protocol.values import Digest, RunID, RunStatus, Scope
+from ._chain import genesis, link
 from ._scope import integral_ints
 from .base import StreamRecord, run_stream
 
 __all__ = [
-    "RunFacts", "CommitRow", "decode_rows", "select_run_facts", "fenced", "require_epoch",
+    "RunFacts", "CommitRow", "decode_rows", "verify_chain", "select_run_facts", "fenced", "require_epoch", "check_epoch_row",
     "encode_state", "decode_state", "cache_entries", "commit_facts", "rebuild_projection",
     "stream_records", "frozen_body", "head_of",
 ]
@@ -62,14 +65,78 @@ def _decode(scope: Scope, run_id: RunID, idx: int, type_: str, data: Any) -> Fac
     except Exception as exc:
         raise CorruptRecordError(
             f"event {idx} of run {run_id!r} in scope {scope!r} does not decode: {exc}",
-            scope=scope, run_id=run_id, position=idx, type=type_,
+            scope=scope, run_id=run_id, position=idx, type=type_, table="events",
+            row=f"{scope}/{run_stream(run_id)}#{idx}", reason="decode",
         ) from exc
     if type_ != EVENT_TYPE_PREFIX + fact.WIRE_NAME:
         raise CorruptRecordError(
             f"event {idx} of run {run_id!r} in scope {scope!r} has type {type_!r} but holds "
             f"{fact.WIRE_NAME!r}", scope=scope, run_id=run_id, position=idx, type=type_,
+            table="events", row=f"{scope}/{run_stream(run_id)}#{idx}", reason="type",
         )
     return fact
+
+
+def _damaged(scope: Scope, stream: str, idx: int, message: str, *, table: str = "events",
+             reason: str, run_id: RunID | None = None) -> CorruptRecordError:
+    where = f"run {run_id!r}" if run_id is not None else f"stream {stream!r}"
+    return CorruptRecordError(
+        f"{where} in scope {scope!r}, position {idx}: {message}", scope=scope,
+        run_id=run_id, stream=stream, position=idx, type="", table=table,
+        row=f"{scope}/{stream}#{idx}", reason=reason)
+
+
+def _blob(value: Any) -> bytes | None:
+    return bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else None
+
+
+def verify_chain(
+    scope: Scope, stream: str, rows: Iterable[Sequence[Any]], start: int, *,
+    run_id: RunID | None = None,
+) -> list[tuple[int, str, bytes]]:
+    """Check rows ``(idx, type, data, chain, commit_id, …)`` of *stream* (RUN-STO-3).
+
+    The rows must hold positions *start* - 1 (when *start* > 0: the base row, whose
+    chain is trusted and which is not returned), *start*, *start* + 1 …, each row's
+    commit must exist (``commit_id`` not None) and each chain must link to the one
+    before (``_chain``). Returns the ``(idx, type, data)`` of the rows from *start*.
+
+    Raises:
+        CorruptRecordError: ``table="events"`` (a missing position, bytes that are not a
+            BLOB, a chain that does not link) or ``table="commits"`` (the row's commit is
+            gone); names scope, stream (and Run), position and row.
+    """
+    out: list[tuple[int, str, bytes]] = []
+    prev = genesis(scope, stream) if start == 0 else None
+    expected = start - 1 if start > 0 else 0
+    for row in rows:
+        idx, type_, data, chain, commit_id = row[0], row[1], row[2], row[3], row[4]
+        if idx != expected:
+            raise _damaged(scope, stream, expected, "the event is missing", reason="gap",
+                           run_id=run_id)
+        stored = _blob(chain)
+        if stored is None:
+            raise _damaged(scope, stream, idx, "the chain digest is not a BLOB",
+                           reason="chain_type", run_id=run_id)
+        if commit_id is None:
+            raise _damaged(scope, stream, idx, "the commit that appended this event is not "
+                           "in the commit-id index", table="commits", reason="commit_missing",
+                           run_id=run_id)
+        expected += 1
+        if prev is None:
+            prev = stored
+            continue
+        raw = _blob(data)
+        if raw is None or not isinstance(type_, str):
+            raise _damaged(scope, stream, idx, "the event bytes are not a BLOB",
+                           reason="data_type", run_id=run_id)
+        if link(prev, str(commit_id), type_, raw) != stored:
+            raise _damaged(scope, stream, idx, "the chain digest does not match (the row, "
+                           "its commit id or an earlier row was edited, deleted or inserted)",
+                           reason="chain", run_id=run_id)
+        prev = stored
+        out.append((idx, type_, raw))
+    return out
 
 
 def decode_rows(
@@ -80,10 +147,8 @@ def decode_rows(
     expected = start
     for idx, type_, data in rows:
         if idx != expected:
-            raise CorruptRecordError(
-                f"run {run_id!r} in scope {scope!r} has no event at position {expected}",
-                scope=scope, run_id=run_id, position=expected, type="",
-            )
+            raise _damaged(scope, run_stream(run_id), expected, "the event is missing",
+                           reason="gap", run_id=run_id)
         out.append(_decode(scope, run_id, idx, type_, data))
         expected += 1
     return tuple(out)
@@ -93,17 +158,41 @@ def select_run_facts(
     conn: Any, sql: str, stop_sql: str, scope: Scope, run_id: RunID, start: int,
     stop: int | None,
 ) -> tuple[Fact, ...]:
-    """Run *sql* (``SELECT idx, type, data`` of the Run's stream from *start* on; its
-    parameters are scope, stream, start) plus *stop_sql* when *stop* is given, in ``idx``
-    order, and decode the rows; RunNotFoundError when *start* is 0 and there are none."""
-    params: tuple[Any, ...] = (scope, run_stream(run_id), start)
+    """Run *sql* plus *stop_sql* when *stop* is given, in ``idx`` order, check the rows'
+    chain and commits, check the Run's head when reading to the end, and decode them.
+
+    *sql* selects ``idx, type, data, chain, commit_id, head`` of the Run's stream from a
+    position on (the events left-joined with their commit, ``head`` the ``runs`` row's);
+    its parameters are scope, run id, scope, stream, first position (*start* - 1 when
+    *start* > 0, so the chain of the row before is known). RunNotFoundError when *start*
+    is 0 and there are no rows.
+
+    Raises: RunNotFoundError, CorruptRecordError, CorruptStoreError (``table="runs"``).
+    """
+    stream = run_stream(run_id)
+    params: tuple[Any, ...] = (scope, run_id, scope, stream, max(start - 1, 0))
     if stop is not None:
         sql += stop_sql
         params += (stop,)
-    rows = conn.execute(sql + " ORDER BY idx", params).fetchall()
+    rows = conn.execute(sql + " ORDER BY e.idx", params).fetchall()
     if not rows and start == 0:
         raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
-    return decode_rows(scope, run_id, rows, start)
+    checked = verify_chain(scope, stream, rows, start, run_id=run_id)
+    if stop is None and rows:
+        last, head = rows[-1][0], rows[-1][5]
+        if head is None:
+            raise CorruptStoreError(
+                f"run {run_id!r} in scope {scope!r} has events but no row in 'runs'",
+                scope=scope, run_id=run_id, position=last, table="runs",
+                row=f"{scope}/{run_id}", reason="run_missing")
+        if last < head:
+            raise _damaged(scope, stream, last + 1, f"the event is missing (the Run's head "
+                           f"is {head})", reason="tail_missing", run_id=run_id)
+        if last > head:
+            raise _damaged(scope, stream, head, f"the Run's head is {head} but the stream "
+                           f"holds {last + 1} events", table="runs", reason="head",
+                           run_id=run_id)
+    return tuple(_decode(scope, run_id, idx, type_, data) for idx, type_, data in checked)
 
 
 def commit_facts(
@@ -118,7 +207,8 @@ def commit_facts(
     if len(facts) != count:
         raise CorruptRecordError(
             f"commit {commit_id!r} of run {run_id!r} lost events", scope=scope,
-            run_id=run_id, position=first + len(facts), type="",
+            run_id=run_id, position=first + len(facts), type="", table="events",
+            row=f"{scope}/{run_stream(run_id)}#{first + len(facts)}", reason="commit_events",
         )
     return facts
 
@@ -137,6 +227,29 @@ def fenced(scope: Scope, epoch: int, current: int) -> OwnershipLostError:
         f"scope {scope!r} is owned by epoch {current}, not {epoch}",
         scope=scope, epoch=epoch, current_epoch=current,
     )
+
+
+def check_epoch_row(scope: Scope, epoch: Any, last_commit_epoch: int) -> None:
+    """Validate *scope*'s persisted epoch (None: no ``scopes`` row) against the epoch of
+    its newest commit (0: none) (RUN-STO-2).
+
+    Raises:
+        CorruptStoreError: ``table="scopes"``, ``row`` = the scope.
+    """
+    if epoch is None:
+        if last_commit_epoch:
+            raise CorruptStoreError(
+                f"scope {scope!r} has commits (up to epoch {last_commit_epoch}) but no "
+                "epoch row", table="scopes", row=scope, scope=scope, reason="epoch_missing")
+        return
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+        raise CorruptStoreError(f"scope {scope!r} has the invalid epoch {epoch!r}",
+                                table="scopes", row=scope, scope=scope, reason="bad_epoch")
+    if epoch < last_commit_epoch:
+        raise CorruptStoreError(
+            f"scope {scope!r} is at epoch {epoch} but has a commit of epoch "
+            f"{last_commit_epoch}", table="scopes", row=scope, scope=scope,
+            reason="epoch_behind")
 
 
 def require_epoch(scope: Scope, epoch: int, current: int) -> None:
@@ -231,28 +344,48 @@ def _from_cache(
 
 
 def frozen_body(digest: Digest, row: Any) -> bytes:
-    """The body of a ``SELECT data FROM frozen`` row; FrozenValueMissingError if None."""
+    """The body of a ``SELECT data FROM frozen`` row (RUN-WIR-4, RUN-STO-2).
+
+    Raises:
+        FrozenValueMissingError: *row* is None (no such body).
+        CorruptRecordError: the stored value is not a BLOB, or does not hash to *digest*
+            (``table="frozen"``, ``row`` = the digest).
+    """
     if row is None:
         raise FrozenValueMissingError(f"no frozen body {digest}", digest=digest)
-    return bytes(row[0])
+    data = _blob(row[0])
+    if data is None:
+        raise CorruptRecordError(
+            f"frozen body {digest} is stored as {type(row[0]).__name__}, not bytes",
+            table="frozen", row=digest, digest=digest, reason="data_type")
+    if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+        raise CorruptRecordError(f"frozen body {digest} does not hash to its digest",
+                                 table="frozen", row=digest, digest=digest, reason="digest")
+    return data
 
 
 def stream_records(
-    scope: Scope, stream: str, rows: Iterable[tuple[int, str, Any, str, int]]
+    scope: Scope, stream: str, rows: Iterable[Sequence[Any]]
 ) -> tuple[StreamRecord, ...]:
-    """Decode ``(idx, type, data, commit_id, epoch)`` rows of *stream*.
+    """Check and decode ``(idx, type, data, chain, commit_id, epoch)`` rows of *stream*
+    (the events left-joined with their commit, in ``idx`` order from 0).
 
     Raises:
-        CorruptRecordError: an event does not decode (names the stream and index).
+        CorruptRecordError: the chain does not verify (see :func:`verify_chain`) or an
+            event does not decode (names the stream and index).
     """
+    rows = list(rows)
+    checked = verify_chain(scope, stream, rows, 0)
     out = []
-    for idx, type_, data, commit_id, epoch in rows:
+    for (idx, type_, data), row in zip(checked, rows, strict=True):
+        commit_id, epoch = row[4], row[5]
         try:
-            _, payload = read_envelope(bytes(data), record=type_)
+            _, payload = read_envelope(data, record=type_)
         except ValidationError as exc:
             raise CorruptRecordError(f"event {stream}#{idx} does not decode",
                                      scope=scope, stream=stream, position=idx,
-                                     type=type_) from exc
-        out.append(StreamRecord(stream, idx, type_, integral_ints(payload), commit_id,
+                                     type=type_, table="events",
+                                     row=f"{scope}/{stream}#{idx}", reason="decode") from exc
+        out.append(StreamRecord(stream, idx, type_, integral_ints(payload), str(commit_id),
                                 int(epoch)))
     return tuple(out)

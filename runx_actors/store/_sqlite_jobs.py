@@ -27,11 +27,12 @@ from ..protocol.commit import (
     evaluate_commit,
     fold_run,
 )
-from ..protocol.errors import RunExistsError, ValidationError
+from ..protocol.errors import CorruptRecordError, RunExistsError, ValidationError
 from ..protocol.facts import Fact
 from ..protocol.state import Open
 from ..protocol.values import AgentInput, CommandID, Digest, NewRun, RunID, RunStatus, Scope
 from . import _sqlite_log as log
+from ._chain import genesis, link
 from ._group import JobBase, WriterStateBase, foreign_rows, run_items
 from ._scope import Projection
 from .base import ForeignEvent, check_foreign, run_stream
@@ -135,9 +136,15 @@ class GroupTx:
     (``prefetch``), then at the database.
     """
 
-    def __init__(self, conn: sqlite3.Connection, frozen_known: set[Digest] | None = None
+    def __init__(self, conn: sqlite3.Connection, frozen_known: set[Digest] | None = None,
+                 chain_heads: dict[tuple[Scope, str], tuple[int, bytes]] | None = None
                  ) -> None:
         self.conn = conn
+        #: ``(scope, stream) -> (idx, chain)`` of rows committed earlier by this writer
+        #: (rows are immutable, so an entry is valid for its idx for ever).
+        self.chain_heads = chain_heads if chain_heads is not None else {}
+        #: The same for the rows this group wrote so far (published after ``COMMIT``).
+        self.chains: dict[tuple[Scope, str], tuple[int, bytes]] = {}
         #: Digests of bodies committed earlier by this writer (bodies are never deleted).
         self.frozen_known: set[Digest] = frozen_known if frozen_known is not None else set()
         self.overlay: dict[tuple[int, RunID], Snapshot] = {}
@@ -242,6 +249,30 @@ class GroupTx:
 
     # -- writes ------------------------------------------------------------------------
 
+    def chain_before(self, scope: Scope, stream: str, idx: int,
+                     written: dict[tuple[Scope, str], tuple[int, bytes]]) -> bytes:
+        """The chain digest of row *idx* - 1 of *stream* (its genesis for *idx* 0): from
+        *written* (this write), the group's, this writer's committed heads, else the
+        database (RUN-STO-3).
+
+        Raises:
+            CorruptRecordError: the row before is missing.
+        """
+        if idx == 0:
+            return genesis(scope, stream)
+        key = (scope, stream)
+        for known in (written, self.chains, self.chain_heads):
+            entry = known.get(key)
+            if entry is not None and entry[0] == idx - 1:
+                return entry[1]
+        chain = log.event_chain(self.conn, scope, stream, idx - 1)
+        if chain is None:
+            raise CorruptRecordError(
+                f"stream {stream!r} in scope {scope!r} has no event {idx - 1} to chain to",
+                scope=scope, stream=stream, position=idx - 1, type="", table="events",
+                row=f"{scope}/{stream}#{idx - 1}", reason="gap")
+        return chain
+
     def stage(self, plan: Plan) -> None:
         """Make an accepted job's writes visible to the later jobs of the group."""
         for ws, run_id, snap in plan.changes:
@@ -260,6 +291,7 @@ class GroupTx:
             sqlite3.Error: a constraint (e.g. a commit id or event position that exists).
         """
         conn = self.conn
+        written: dict[tuple[Scope, str], tuple[int, bytes]] = {}
         bodies = [(digest, data) for digest, data in plan.frozen.items()
                   if digest not in self.frozen_known]
         if bodies:
@@ -272,8 +304,11 @@ class GroupTx:
                 commits.append((seq, c.scope, c.commit_id, c.epoch, c.run_id, c.first,
                                 len(c.facts)))
                 scope = c.scope
-                events += [(scope, stream, idx, type_, data, seq)
-                           for stream, idx, type_, data in c.events]
+                for stream, idx, type_, data in c.events:
+                    chain = link(self.chain_before(scope, stream, idx, written), c.commit_id,
+                                 type_, data)
+                    written[(scope, stream)] = (idx, chain)
+                    events.append((scope, stream, idx, type_, data, seq, chain))
             log.insert_commits(conn, commits)
             log.insert_events(conn, events)
             self.seq = seq
@@ -296,6 +331,7 @@ class GroupTx:
                 log.put_cache(conn, put)
             for scope, run_ids in drop.items():
                 log.delete_cache(conn, scope, run_ids)
+        self.chains.update(written)
 
 
 class _View:

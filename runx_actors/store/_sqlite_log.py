@@ -27,7 +27,7 @@ __all__ = [
     "commit_facts", "insert_commits", "insert_events", "insert_runs", "advance_runs",
     "stream_head", "put_cache", "delete_cache", "read_cache", "rebuild_projection",
     "frozen_put", "frozen_put_many", "frozen_get", "encode_state", "decode_state", "CommitRow",
-    "read_stream",
+    "read_stream", "event_chain", "last_commit_epoch",
 ]
 
 
@@ -65,7 +65,18 @@ def check_epoch(conn: sqlite3.Connection, scope: Scope, epoch: int) -> None:
 
 
 def bump_epoch(conn: sqlite3.Connection, scope: Scope) -> int:
-    """Increment *scope*'s persisted epoch and return the new value."""
+    """Increment *scope*'s persisted epoch and return the new value.
+
+    The persisted epoch is validated first (RUN-STO-2): it must be a positive integer and
+    not below the epoch of the scope's newest commit; a scope with commits must have an
+    epoch row.
+
+    Raises:
+        CorruptStoreError: ``table="scopes"``; nothing is written.
+    """
+    current = conn.execute("SELECT epoch FROM scopes WHERE scope = ?", (scope,)).fetchone()
+    shared.check_epoch_row(scope, None if current is None else current[0],
+                           last_commit_epoch(conn, scope))
     row = conn.execute(
         "INSERT INTO scopes (scope, epoch) VALUES (?, 1) "
         "ON CONFLICT (scope) DO UPDATE SET epoch = epoch + 1 RETURNING epoch",
@@ -87,10 +98,18 @@ def run_facts(
         RunNotFoundError: *start* is 0 and the Run has no stream.
         CorruptRecordError: a row does not decode, or a position is missing.
     """
-    return shared.select_run_facts(
-        conn, "SELECT idx, type, data FROM events WHERE scope = ? AND stream = ? AND idx >= ?",
-        " AND idx < ?", scope, run_id, start, stop,
-    )
+    return shared.select_run_facts(conn, _RUN_FACTS, " AND e.idx < ?", scope, run_id,
+                                   start, stop)
+
+
+#: The rows of a Run stream with their commit ids and the Run's head, in one statement
+#: (one snapshot: a concurrent commit cannot fall between the events and the head).
+_RUN_FACTS = (
+    "SELECT e.idx, e.type, e.data, e.chain, c.commit_id, "
+    "(SELECT head FROM runs WHERE scope = ? AND run_id = ?) "
+    "FROM events AS e LEFT JOIN commits AS c ON c.seq = e.commit_seq "
+    "WHERE e.scope = ? AND e.stream = ? AND e.idx >= ?"
+)
 
 
 def record(conn: sqlite3.Connection, scope: Scope, run_id: RunID) -> Snapshot:
@@ -188,11 +207,27 @@ def insert_commits(
 
 
 def insert_events(
-    conn: sqlite3.Connection, rows: Sequence[tuple[Scope, str, int, str, bytes, int]]
+    conn: sqlite3.Connection, rows: Sequence[tuple[Scope, str, int, str, bytes, int, bytes]]
 ) -> None:
-    """Insert ``(scope, stream, idx, type, data, commit_seq)`` rows (a duplicate key fails)."""
-    _rows(conn, "INSERT INTO events (scope, stream, idx, type, data, commit_seq) VALUES ",
-          6, rows)
+    """Insert ``(scope, stream, idx, type, data, commit_seq, chain)`` rows (a duplicate key
+    fails)."""
+    _rows(conn, "INSERT INTO events (scope, stream, idx, type, data, commit_seq, chain) "
+                "VALUES ", 7, rows)
+
+
+def event_chain(conn: sqlite3.Connection, scope: Scope, stream: str, idx: int) -> bytes | None:
+    """The stored chain digest of event *idx* of *stream* (None if there is no such row)."""
+    row = conn.execute("SELECT chain FROM events WHERE scope = ? AND stream = ? AND idx = ?",
+                       (scope, stream, idx)).fetchone()
+    return None if row is None or not isinstance(row[0], bytes) else bytes(row[0])
+
+
+def last_commit_epoch(conn: sqlite3.Connection, scope: Scope) -> int:
+    """The epoch of *scope*'s newest commit (0 if none); epochs never decrease along
+    ``seq`` within a scope, so this is the highest."""
+    row = conn.execute("SELECT epoch FROM commits WHERE scope = ? ORDER BY seq DESC LIMIT 1",
+                       (scope,)).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 def stream_head(conn: sqlite3.Connection, scope: Scope, stream: str) -> int:
@@ -314,7 +349,7 @@ def read_stream(conn: sqlite3.Connection, scope: Scope, stream: str) -> tuple[St
         CorruptRecordError: an event does not decode (names the stream and index).
     """
     rows = conn.execute(
-        "SELECT e.idx, e.type, e.data, c.commit_id, c.epoch FROM events e "
-        "JOIN commits c ON c.seq = e.commit_seq "
+        "SELECT e.idx, e.type, e.data, e.chain, c.commit_id, c.epoch FROM events e "
+        "LEFT JOIN commits c ON c.seq = e.commit_seq "
         "WHERE e.scope = ? AND e.stream = ? ORDER BY e.idx", (scope, stream)).fetchall()
     return shared.stream_records(scope, stream, rows)

@@ -27,22 +27,29 @@ The schema is versioned with ``PRAGMA user_version`` and marked with
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
+import uuid
 from pathlib import Path
 
-from ..protocol.errors import SchemaVersionError
+from ..protocol.errors import CorruptStoreError, SchemaVersionError
 
 __all__ = [
-    "SCHEMA_VERSION", "APPLICATION_ID", "DEFAULT_BUSY_TIMEOUT", "connect",
-    "ensure_schema",
+    "SCHEMA_VERSION", "APPLICATION_ID", "DEFAULT_BUSY_TIMEOUT", "TABLES", "connect",
+    "ensure_schema", "create_store_file", "check_header", "check_structure", "corrupt",
+    "is_damage",
 ]
 
-#: The schema version this build reads and writes.
-SCHEMA_VERSION = 1
+#: The schema version this build reads and writes. Version 2 added ``events.chain``
+#: (RUN-STO-3); a version-1 file is refused with ``SchemaVersionError`` (no migration).
+SCHEMA_VERSION = 2
 #: ``PRAGMA application_id`` of a runx_actors store ("RNXA").
 APPLICATION_ID = 0x524E5841
 #: Seconds a connection waits for another connection's write lock.
 DEFAULT_BUSY_TIMEOUT = 30.0
+#: The first 16 bytes of every SQLite 3 database file.
+_SQLITE_HEADER = b"SQLite format 3\x00"
 
 _DDL = """
 CREATE TABLE scopes (
@@ -66,6 +73,7 @@ CREATE TABLE events (
     type TEXT NOT NULL,
     data BLOB NOT NULL,
     commit_seq INTEGER NOT NULL,
+    chain BLOB NOT NULL,
     PRIMARY KEY (scope, stream, idx)
 ) WITHOUT ROWID;
 CREATE TABLE runs (
@@ -88,6 +96,9 @@ CREATE TABLE frozen (
     data BLOB NOT NULL
 ) WITHOUT ROWID;
 """
+
+#: Every table of the schema.
+TABLES = ("scopes", "commits", "events", "runs", "projection_cache", "frozen")
 
 
 def connect(
@@ -115,44 +126,155 @@ def connect(
     return conn
 
 
-def ensure_schema(conn: sqlite3.Connection) -> None:
-    """Create the schema in an empty database, or check an existing one.
+def corrupt(path: str, message: str, **attrs: object) -> CorruptStoreError:
+    """A CorruptStoreError about the store at *path*."""
+    return CorruptStoreError(f"{path}: {message}", path=path, **attrs)
 
-    Sets WAL journal mode (persistent). Runs in its own ``BEGIN IMMEDIATE`` transaction,
-    so two processes creating the same file at once do not race.
+
+#: ``sqlite_errorname`` values that mean the file or its schema is damaged (not a lock,
+#: a full disk or an I/O hiccup).
+_DAMAGE_CODES = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_CORRUPT_INDEX",
+                           "SQLITE_CORRUPT_SEQUENCE", "SQLITE_CORRUPT_VTAB"})
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether a ``sqlite3`` error says the database is damaged: a corrupt or non-database
+    file, or a table or column of the schema that is missing."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    name = str(getattr(exc, "sqlite_errorname", ""))
+    if name in _DAMAGE_CODES:
+        return True
+    text = str(exc)
+    return (type(exc) is sqlite3.DatabaseError or "no such table" in text
+            or "no such column" in text or "malformed" in text)
+
+
+def check_header(path: str) -> None:
+    """Refuse a file that cannot be a store before SQLite touches it (RUN-STO-1).
 
     Raises:
-        SchemaVersionError: the database has another ``user_version``, or it holds
-            tables but is not a runx_actors store.
+        CorruptStoreError: zero bytes, shorter than a SQLite header, or not starting with
+            the SQLite magic (garbage); ``reason`` says which.
     """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except OSError as exc:
+        raise corrupt(path, f"cannot read the store file: {exc.strerror or exc}",
+                      reason="unreadable") from None
+    if not head:
+        raise corrupt(path, "the store file is empty (zero bytes); only a path that does "
+                            "not exist gets a new store", reason="zero_bytes")
+    if not head.startswith(_SQLITE_HEADER):
+        raise corrupt(path, "the file is not a SQLite database", reason="not_sqlite")
+    if len(head) < 100:
+        raise corrupt(path, "the SQLite header is truncated", reason="truncated")
+
+
+def check_structure(conn: sqlite3.Connection, path: str) -> None:
+    """Check an existing store's identity, version, tables and epochs (read only).
+
+    Raises:
+        SchemaVersionError: a SQLite database that is not a runx_actors store (foreign),
+            or a store of another schema version.
+        CorruptStoreError: a table is missing, the file is damaged, or a scope's epoch is
+            not a positive integer (``table="scopes"``, ``row`` = the scope).
+    """
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        if app_id != APPLICATION_ID:
+            raise SchemaVersionError(
+                f"{path}: the database is not a runx_actors store (application id "
+                f"{app_id:#x})", found=version, supported=SCHEMA_VERSION,
+                application_id=app_id, path=path)
+        if version != SCHEMA_VERSION:
+            hint = (" (written by an older build; there is no migration: keep it with that "
+                    "build, or start a new store)" if 0 < version < SCHEMA_VERSION else "")
+            raise SchemaVersionError(
+                f"{path}: unknown store schema version {version}; this build reads version "
+                f"{SCHEMA_VERSION}{hint}", found=version, supported=SCHEMA_VERSION,
+                application_id=app_id, path=path)
+        names = {row[0] for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for table in TABLES:
+            if table not in names:
+                raise corrupt(path, f"the table {table!r} is missing", table=table,
+                              reason="missing_table")
+        row = conn.execute(
+            "SELECT scope, epoch FROM scopes WHERE typeof(epoch) != 'integer' OR epoch < 1 "
+            "LIMIT 1").fetchone()
+        if row is not None:
+            raise corrupt(path, f"scope {row[0]!r} has the invalid epoch {row[1]!r}",
+                          table="scopes", row=str(row[0]), scope=row[0], reason="bad_epoch")
+    except sqlite3.DatabaseError as exc:
+        if not is_damage(exc):
+            raise
+        raise corrupt(path, f"the database is damaged: {exc}", reason="sqlite") from exc
+
+
+def _create_schema(conn: sqlite3.Connection) -> None:
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
     if mode is None or str(mode[0]).lower() != "wal":
         raise SchemaVersionError(f"cannot switch the database to WAL mode (got {mode!r})")
     conn.execute("BEGIN IMMEDIATE")
     try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        if version == 0:
-            tables = conn.execute(
-                "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
-            ).fetchone()[0]
-            if tables or app_id not in (0, APPLICATION_ID):
-                raise SchemaVersionError(
-                    "the database is not a runx_actors store (it has tables but no "
-                    "schema version)", found=version, supported=SCHEMA_VERSION,
-                )
-            for statement in _DDL.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        elif version != SCHEMA_VERSION or app_id != APPLICATION_ID:
-            raise SchemaVersionError(
-                f"unknown store schema version {version} (application id {app_id:#x}); "
-                f"this build reads version {SCHEMA_VERSION}",
-                found=version, supported=SCHEMA_VERSION, application_id=app_id,
-            )
+        for statement in _DDL.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def create_store_file(path: str) -> None:
+    """Create a new store at *path* if nothing exists there (RUN-STO-1).
+
+    The schema is built in a temporary file beside *path*, closed (the WAL checkpointed),
+    then hard-linked to *path*, which fails if *path* appeared meanwhile; so a file at
+    *path* is always a complete store or someone else's, never half-initialised. A path
+    that exists is left alone (the caller checks it).
+    """
+    if os.path.lexists(path):
+        return
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    try:
+        conn = connect(tmp)
+        try:
+            _create_schema(conn)
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.execute("PRAGMA journal_mode = WAL")
+        finally:
+            conn.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process created it first: the caller checks that one
+        except OSError:  # a filesystem without hard links: no-clobber is best effort
+            if not os.path.lexists(path):
+                os.rename(tmp, path)
+    finally:
+        for name in (tmp, tmp + "-wal", tmp + "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+
+
+def ensure_schema(conn: sqlite3.Connection, path: str = "") -> None:
+    """Check an existing store on its write connection, and put it in WAL mode.
+
+    *path* names the file in errors. A new store is made by :func:`create_store_file`
+    before; this never creates tables.
+
+    Raises:
+        SchemaVersionError: foreign database or another schema version.
+        CorruptStoreError: see :func:`check_structure`.
+    """
+    check_structure(conn, path)
+    mode = conn.execute("PRAGMA journal_mode").fetchone()
+    if mode is None or str(mode[0]).lower() != "wal":
+        raise SchemaVersionError(f"{path}: the store is not in WAL mode (got {mode!r})",
+                                 path=path)

@@ -39,6 +39,7 @@ import trio
 
 from ..protocol.values import Digest
 from ._group import GroupCounters, GroupStatistics
+from ._sqlite_schema import corrupt, is_damage
 from ._sqlite_jobs import (
     AppendJob,
     Change,
@@ -94,8 +95,10 @@ class WriterThread:
     """
 
     def __init__(self, conn: sqlite3.Connection, token: trio.lowlevel.TrioToken, *,
-                 max_group: int = 512, name: str = "runx-sqlite-writer") -> None:
+                 max_group: int = 512, name: str = "runx-sqlite-writer",
+                 path: str = "") -> None:
         self._conn = conn
+        self._path = path
         self._token = token
         self._max_group = max_group
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -105,6 +108,9 @@ class WriterThread:
         #: Digests of frozen bodies this writer committed: a body is content-addressed
         #: and never deleted, so a known one is not inserted again (bounded).
         self._frozen_known: set[Digest] = set()
+        #: ``(scope, stream) -> (idx, chain)`` of the newest row this writer committed to
+        #: each stream, so an append needs no read for its chain (bounded).
+        self._chain_heads: dict[tuple[str, str], tuple[int, bytes]] = {}
         #: Test hook: called in the writer thread after the group's jobs ran, before
         #: ``COMMIT``. Lets tests hold a transaction open.
         self.before_commit: Callable[[], None] | None = None
@@ -176,6 +182,11 @@ class WriterThread:
     def _answer(self, jobs: Sequence[Job[Any]]) -> None:
         for job in jobs:
             job.answered = True
+            if job.error is not None and is_damage(job.error):
+                cause = job.error
+                job.error = corrupt(self._path, f"the database is damaged: {cause}",
+                                    reason="sqlite")
+                job.error.__cause__ = cause
         try:
             self._token.run_sync_soon(_wake, jobs)
         except trio.RunFinishedError:  # pragma: no cover - the store outlived its trio run
@@ -207,7 +218,7 @@ class WriterThread:
             return
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
-        tx = GroupTx(conn, self._frozen_known)
+        tx = GroupTx(conn, self._frozen_known, self._chain_heads)
         tx.prefetch(jobs)
         group: Plan | None = None
         for job in jobs:
@@ -236,14 +247,14 @@ class WriterThread:
             self._fallbacks += 1
             self._execute_each(jobs)
             return
-        self._commit(jobs, group.changes, group.frozen)
+        self._commit(jobs, group.changes, group.frozen, tx)
 
     def _execute_each(self, jobs: Sequence[Job[Any]]) -> None:
         """Run *jobs* one by one, each in its own savepoint: a job whose writes fail is
         rolled back alone."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
-        tx = GroupTx(conn, self._frozen_known)
+        tx = GroupTx(conn, self._frozen_known, self._chain_heads)
         changes: list[Change] = []
         frozen: list[Digest] = []
         for job in jobs:
@@ -263,10 +274,10 @@ class WriterThread:
             tx.stage(plan)
             changes += plan.changes
             frozen += plan.frozen
-        self._commit(jobs, changes, frozen)
+        self._commit(jobs, changes, frozen, tx)
 
     def _commit(self, jobs: Sequence[Job[Any]], changes: Sequence[Change],
-                frozen: Iterable[Digest]) -> None:
+                frozen: Iterable[Digest], tx: GroupTx) -> None:
         conn = self._conn
         if self.before_commit is not None:
             self.before_commit()
@@ -279,6 +290,9 @@ class WriterThread:
         if len(self._frozen_known) > _FROZEN_KNOWN_MAX:
             self._frozen_known.clear()
         self._frozen_known.update(frozen)
+        if len(self._chain_heads) > _FROZEN_KNOWN_MAX:
+            self._chain_heads.clear()
+        self._chain_heads.update(tx.chains)
         self._counters.committed(len(jobs), len(changes))
 
 

@@ -27,6 +27,7 @@ replays.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -41,7 +42,15 @@ from ..protocol.values import AgentInput, Digest, NewRun, Scope
 from . import _sqlite_log as log
 from ._facade import SqlFrozenStore, SqlReader, SqlRunStore, SqlStoreBase, SqlWriter
 from ._scope import check_frozen
-from ._sqlite_schema import DEFAULT_BUSY_TIMEOUT, connect, ensure_schema
+from ._sqlite_schema import (
+    DEFAULT_BUSY_TIMEOUT,
+    check_header,
+    connect,
+    corrupt,
+    create_store_file,
+    ensure_schema,
+    is_damage,
+)
 from ._sqlite_writer import (
     WRITER_CACHED_STATEMENTS,
     AppendJob,
@@ -90,9 +99,20 @@ class _ReaderPool:
         with self._lock:
             conn = self._idle.pop() if self._idle else None
         if conn is None:
-            conn = connect(self._path, busy_timeout=self._busy_timeout, readonly=True)
+            try:
+                conn = connect(self._path, busy_timeout=self._busy_timeout, readonly=True)
+            except sqlite3.DatabaseError as exc:
+                if not is_damage(exc):
+                    raise
+                raise corrupt(self._path, f"the database is damaged: {exc}",
+                              reason="sqlite") from exc
         try:
             return fn(conn, *args)
+        except sqlite3.DatabaseError as exc:
+            if not is_damage(exc):
+                raise
+            raise corrupt(self._path, f"the database is damaged: {exc}",
+                          reason="sqlite") from exc
         finally:
             with self._lock:
                 if self._closed:
@@ -237,14 +257,22 @@ async def open_sqlite_store(
     it has finished the queued jobs. *readers* bounds concurrent read connections;
     *max_group* bounds how many jobs share one transaction.
 
+    Only a *path* that does not exist gets a new store; an existing file is checked
+    before anything is written (RUN-STO-1, RUN-STO-2).
+
     Raises:
-        SchemaVersionError: the file holds an unknown schema version or is not a store.
+        SchemaVersionError: the file holds an unknown schema version or is a SQLite
+            database that is not a store (foreign).
+        CorruptStoreError: the file is zero bytes, garbage, truncated or otherwise
+            damaged, a table is missing, or a scope's epoch is invalid (``path``,
+            ``table``, ``row``, ``reason`` name it). Nothing was written.
     """
     if readers < 1 or max_group < 1:
         raise ValidationError("readers and max_group must be positive")
     name = str(path)
     conn = await trio.to_thread.run_sync(_open_writer_connection, name, busy_timeout)
-    writer = WriterThread(conn, trio.lowlevel.current_trio_token(), max_group=max_group)
+    writer = WriterThread(conn, trio.lowlevel.current_trio_token(), max_group=max_group,
+                          path=name)
     writer.start()
     store = SqliteStore(name, writer, _ReaderPool(name, readers, busy_timeout))
     try:
@@ -254,10 +282,19 @@ async def open_sqlite_store(
 
 
 def _open_writer_connection(path: str, busy_timeout: float) -> Any:
-    conn = connect(path, busy_timeout=busy_timeout,
-                   cached_statements=WRITER_CACHED_STATEMENTS)
+    """Create the store if *path* does not exist, else check it before anything can be
+    written: header, identity, version, tables, epochs (RUN-STO-1, RUN-STO-2)."""
+    create_store_file(path)
+    check_header(path)
     try:
-        ensure_schema(conn)
+        conn = connect(path, busy_timeout=busy_timeout,
+                       cached_statements=WRITER_CACHED_STATEMENTS)
+    except sqlite3.DatabaseError as exc:
+        if not is_damage(exc):
+            raise
+        raise corrupt(path, f"the database is damaged: {exc}", reason="sqlite") from exc
+    try:
+        ensure_schema(conn, path)
     except BaseException:
         conn.close()
         raise

@@ -29,7 +29,14 @@ import trio
 from click.testing import CliRunner, Result
 
 from runx_actors.cli import main
-from runx_actors.protocol.errors import CorruptRecordError, CorruptStoreError, RunxError
+from runx_actors.protocol.errors import (
+    CorruptRecordError,
+    CorruptStoreError,
+    FrozenValueMissingError,
+    RunxError,
+    SchemaVersionError,
+)
+from runx_actors.store._verify import verify_run
 from runx_actors.store.sqlite import open_sqlite_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -240,7 +247,9 @@ async def test_open_names_the_damage(copy: tuple[Path, str], damage: str,
     store = base / STORE
     DAMAGE[damage](store, run_id)
     before = fingerprint(store)
-    with pytest.raises(CorruptStoreError) as info:
+    # a SQLite database that is not a store keeps its SchemaVersionError (foreign)
+    expected = SchemaVersionError if damage.startswith("foreign") else CorruptStoreError
+    with pytest.raises(expected) as info:
         await _record(store, run_id)
     assert getattr(info.value, "path", None) == str(store)
     if table is not None:
@@ -270,15 +279,21 @@ async def test_frozen_damage_is_typed(copy: tuple[Path, str], damage: str) -> No
     store = base / STORE
     DAMAGE[damage](store, run_id)
     async with open_sqlite_store(store) as opened:
-        digest = sqlite3.connect(store).execute(
-            "SELECT digest FROM frozen LIMIT 1").fetchone()
         reader = await opened.reader("default")
         facts = await reader.run_facts(run_id)
-        d = facts[1].input.digest  # type: ignore[attr-defined]
-        with pytest.raises(CorruptStoreError) as info:
-            await opened.frozen.get(d)
-        assert info.value.table == "frozen" and info.value.row == d
-        del digest
+        digest = facts[1].input.digest  # type: ignore[attr-defined]
+        if damage == "frozen_text":
+            with pytest.raises(CorruptRecordError) as got:
+                await opened.frozen.get(digest)
+            assert (got.value.table, got.value.row) == ("frozen", digest)
+        else:  # an absent body keeps the FrozenStore contract ...
+            with pytest.raises(FrozenValueMissingError):
+                await opened.frozen.get(digest)
+        # ... and the Run check names the fact that needs it
+        with pytest.raises(CorruptRecordError) as info:
+            await verify_run(reader, opened.frozen, run_id)
+        err = info.value
+        assert (err.table, err.row, err.run_id, err.position) == ("frozen", digest, run_id, 1)
 
 
 def test_new_store_is_created_only_where_nothing_exists(tmp_path: Path) -> None:
