@@ -18,11 +18,12 @@ from typing import Any
 import psycopg
 
 from ..protocol.commit import Snapshot, fold_run
-from ..protocol.errors import ProjectionDivergenceError
+from ..protocol.errors import CorruptRecordError, ProjectionDivergenceError
 from ..protocol.facts import Fact
 from ..protocol.state import Open
 from ..protocol.values import Digest, RunID, RunStatus, Scope
 from . import _rows as shared
+from ._chain import genesis, link
 from ._rows import encode_state, fenced
 from .base import StreamRecord
 
@@ -30,7 +31,7 @@ __all__ = [
     "Conn", "read_epoch", "lock_epoch", "fenced", "bump_epoch", "run_facts", "record",
     "stream_exists", "commit_exists", "commit_run_facts", "insert_commit", "insert_events",
     "insert_run", "advance_run", "stream_head", "write_cache", "read_cache",
-    "rebuild_projection", "frozen_put", "frozen_get", "read_stream",
+    "rebuild_projection", "frozen_put", "frozen_get", "read_stream", "last_commit_epoch",
 ]
 
 Conn = psycopg.Connection[Any]
@@ -58,8 +59,26 @@ def lock_epoch(conn: Conn, scope: Scope) -> int:
     return int(row[0]) if row is not None else 0
 
 
+def last_commit_epoch(conn: Conn, scope: Scope) -> int:
+    """The epoch of *scope*'s newest commit (0 if none; epochs never decrease along
+    ``seq`` within a scope)."""
+    row = conn.execute("SELECT epoch FROM commits WHERE scope = %s ORDER BY seq DESC LIMIT 1",
+                       (scope,)).fetchone()
+    return 0 if row is None else int(row[0])
+
+
 def bump_epoch(conn: Conn, scope: Scope) -> int:
-    """Increment *scope*'s persisted epoch (locking its row) and return the new value."""
+    """Increment *scope*'s persisted epoch (locking its row) and return the new value.
+
+    The persisted epoch is validated first (RUN-STO-2, see ``_rows.check_epoch_row``).
+
+    Raises:
+        CorruptStoreError: ``table="scopes"``; the caller's transaction is rolled back.
+    """
+    current = conn.execute("SELECT epoch FROM scopes WHERE scope = %s FOR UPDATE",
+                           (scope,)).fetchone()
+    shared.check_epoch_row(scope, None if current is None else current[0],
+                           last_commit_epoch(conn, scope))
     row = conn.execute(
         "INSERT INTO scopes (scope, epoch) VALUES (%s, 1) "
         "ON CONFLICT (scope) DO UPDATE SET epoch = scopes.epoch + 1 RETURNING epoch",
@@ -81,10 +100,17 @@ def run_facts(
         RunNotFoundError: *start* is 0 and the Run has no stream.
         CorruptRecordError: a row does not decode, or a position is missing.
     """
-    return shared.select_run_facts(
-        conn, "SELECT idx, type, data FROM events WHERE scope = %s AND stream = %s AND idx >= %s",
-        " AND idx < %s", scope, run_id, start, stop,
-    )
+    return shared.select_run_facts(conn, _RUN_FACTS, " AND e.idx < %s", scope, run_id,
+                                   start, stop)
+
+
+#: The rows of a Run stream with their commit ids and the Run's head, in one statement.
+_RUN_FACTS = (
+    "SELECT e.idx, e.type, e.data, e.chain, c.commit_id, "
+    "(SELECT head FROM runs WHERE scope = %s AND run_id = %s) "
+    "FROM events AS e LEFT JOIN commits AS c ON c.seq = e.commit_seq "
+    "WHERE e.scope = %s AND e.stream = %s AND e.idx >= %s"
+)
 
 
 def record(conn: Conn, scope: Scope, run_id: RunID) -> Snapshot:
@@ -140,16 +166,39 @@ def insert_commit(
     return int(row[0])
 
 
+def _chain_before(conn: Conn, scope: Scope, stream: str, idx: int) -> bytes:
+    if idx == 0:
+        return genesis(scope, stream)
+    row = conn.execute("SELECT chain FROM events WHERE scope = %s AND stream = %s AND idx = %s",
+                       (scope, stream, idx - 1)).fetchone()
+    if row is None or not isinstance(row[0], (bytes, memoryview)):
+        raise CorruptRecordError(
+            f"stream {stream!r} in scope {scope!r} has no event {idx - 1} to chain to",
+            scope=scope, stream=stream, position=idx - 1, type="", table="events",
+            row=f"{scope}/{stream}#{idx - 1}", reason="gap")
+    return bytes(row[0])
+
+
 def insert_events(
-    conn: Conn, scope: Scope, seq: int, events: Sequence[tuple[str, int, str, bytes]],
+    conn: Conn, scope: Scope, seq: int, commit_id: str,
+    events: Sequence[tuple[str, int, str, bytes]],
 ) -> None:
-    """Insert ``(stream, idx, type, data)`` rows of commit *seq* (a duplicate key fails)."""
+    """Insert ``(stream, idx, type, data)`` rows of commit *seq* (*commit_id*), each with
+    its chain digest (RUN-STO-3; the row before is read once per stream, inside the
+    transaction). A duplicate key fails."""
+    last: dict[str, tuple[int, bytes]] = {}
+    rows = []
+    for stream, idx, type_, data in events:
+        known = last.get(stream)
+        prev = known[1] if known is not None and known[0] == idx - 1 else \
+            _chain_before(conn, scope, stream, idx)
+        chain = link(prev, commit_id, type_, data)
+        last[stream] = (idx, chain)
+        rows.append((scope, stream, idx, type_, data, seq, chain))
     with conn.cursor() as cur:
         cur.executemany(
-            "INSERT INTO events (scope, stream, idx, type, data, commit_seq) "
-            "VALUES (%s, %s, %s, %s, %s, %s)",
-            [(scope, stream, idx, type_, data, seq) for stream, idx, type_, data in events],
-        )
+            "INSERT INTO events (scope, stream, idx, type, data, commit_seq, chain) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s)", rows)
 
 
 def stream_head(conn: Conn, scope: Scope, stream: str) -> int:
@@ -254,7 +303,7 @@ def read_stream(conn: Conn, scope: Scope, stream: str) -> tuple[StreamRecord, ..
         CorruptRecordError: an event does not decode (names the stream and index).
     """
     rows = conn.execute(
-        "SELECT e.idx, e.type, e.data, c.commit_id, c.epoch FROM events e "
-        "JOIN commits c ON c.seq = e.commit_seq "
+        "SELECT e.idx, e.type, e.data, e.chain, c.commit_id, c.epoch FROM events e "
+        "LEFT JOIN commits c ON c.seq = e.commit_seq "
         "WHERE e.scope = %s AND e.stream = %s ORDER BY e.idx", (scope, stream)).fetchall()
     return shared.stream_records(scope, stream, rows)

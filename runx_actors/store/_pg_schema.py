@@ -5,7 +5,8 @@ The tables live in the connection's current schema (the first existing schema of
 mirror the SQLite store's tables (see ``_sqlite_schema``):
 
 ``runx_meta(key, value)``
-    ``schema_version`` → ``"1"``: the version this build reads and writes.
+    ``schema_version`` → ``"2"``: the version this build reads and writes (2 added
+    ``events.chain``, RUN-STO-3; a version-1 store is refused, there is no migration).
 ``scopes(scope, epoch)``
     The persisted epoch of each scope (RUN-CMT-6). ``open`` bumps it; every append
     transaction locks the row (``SELECT … FOR UPDATE``) and compares epochs first.
@@ -13,8 +14,9 @@ mirror the SQLite store's tables (see ``_sqlite_schema``):
     The log of commits (``seq`` orders them) and the commit-id index
     (``UNIQUE (scope, commit_id)``); ``run_id``/``first_idx``/``count`` locate the Run
     facts a commit appended, so a replay reads them by key.
-``events(scope, stream, idx, type, data, commit_seq)``
-    Every event; ``data`` is the typed-envelope bytes (§2.12).
+``events(scope, stream, idx, type, data, commit_seq, chain)``
+    Every event; ``data`` is the typed-envelope bytes (§2.12), ``chain`` the digest that
+    links the row to the one before it (``_chain``, RUN-STO-3).
 ``runs(scope, run_id, head, active)``
     One row per Run stream: its head and whether it is active (``open`` folds the active
     Runs only).
@@ -34,12 +36,15 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from ..protocol.errors import SchemaVersionError
+from ..protocol.errors import CorruptStoreError, SchemaVersionError
 
-__all__ = ["SCHEMA_VERSION", "make_pool", "ensure_schema"]
+__all__ = ["SCHEMA_VERSION", "TABLES", "make_pool", "ensure_schema", "check_structure",
+           "is_damage"]
 
 #: The schema version this build reads and writes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Every table of the schema.
+TABLES = ("runx_meta", "scopes", "commits", "events", "runs", "projection_cache", "frozen")
 #: Key of the advisory lock held while the schema is created or checked ("RNXA").
 _SCHEMA_LOCK = 0x524E5841
 
@@ -69,6 +74,7 @@ CREATE TABLE events (
     type TEXT NOT NULL,
     data BYTEA NOT NULL,
     commit_seq BIGINT NOT NULL,
+    chain BYTEA NOT NULL,
     PRIMARY KEY (scope, stream, idx)
 );
 CREATE TABLE runs (
@@ -143,7 +149,36 @@ def ensure_schema(conn: psycopg.Connection[Any]) -> None:
         ).fetchone()
         found = int(got[0]) if got is not None and str(got[0]).isdigit() else -1
         if found != SCHEMA_VERSION:
+            hint = (" (written by an older build; there is no migration: keep it with that "
+                    "build, or start a new store)" if 0 < found < SCHEMA_VERSION else "")
             raise SchemaVersionError(
                 f"unknown store schema version {found} in schema {schema!r}; this build "
-                f"reads version {SCHEMA_VERSION}", found=found, supported=SCHEMA_VERSION,
+                f"reads version {SCHEMA_VERSION}{hint}", found=found,
+                supported=SCHEMA_VERSION,
             )
+        check_structure(conn, schema, tables)
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether a psycopg error says the store's schema is damaged (a table or column of
+    the schema is missing, or a column has another type)."""
+    return isinstance(exc, (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn,
+                            psycopg.errors.DatatypeMismatch))
+
+
+def check_structure(conn: psycopg.Connection[Any], schema: str, tables: set[str]) -> None:
+    """Check an existing store's tables and epochs (RUN-STO-1, RUN-STO-2); reads only.
+
+    Raises:
+        CorruptStoreError: a table is missing (``table``), or a scope's epoch is not a
+            positive integer (``table="scopes"``, ``row`` = the scope).
+    """
+    for table in TABLES:
+        if table not in tables:
+            raise CorruptStoreError(f"schema {schema!r}: the table {table!r} is missing",
+                                    table=table, path=schema, reason="missing_table")
+    row = conn.execute("SELECT scope, epoch FROM scopes WHERE epoch < 1 LIMIT 1").fetchone()
+    if row is not None:
+        raise CorruptStoreError(f"schema {schema!r}: scope {row[0]!r} has the invalid epoch "
+                                f"{row[1]!r}", table="scopes", row=str(row[0]),
+                                scope=row[0], path=schema, reason="bad_epoch")

@@ -148,9 +148,10 @@ class Job(JobBase[T]):
         raise NotImplementedError
 
 
-def _append_foreign(tx: _Tx, seq: int, events: Sequence[ForeignEvent]) -> None:
+def _append_foreign(tx: _Tx, seq: int, commit_id: str, events: Sequence[ForeignEvent]
+                    ) -> None:
     rows = foreign_rows(lambda stream: log.stream_head(tx.conn, tx.scope, stream), events)
-    log.insert_events(tx.conn, tx.scope, seq, rows)
+    log.insert_events(tx.conn, tx.scope, seq, commit_id, rows)
 
 
 class CommitJob(Job[CommitResult]):
@@ -177,7 +178,7 @@ class CommitJob(Job[CommitResult]):
         seq = log.insert_commit(tx.conn, tx.scope, request.envelope.id, tx.epoch, run_id,
                                 first, len(facts))
         stream = run_stream(run_id)
-        log.insert_events(tx.conn, tx.scope, seq, [
+        log.insert_events(tx.conn, tx.scope, seq, request.envelope.id, [
             (stream, first + i, type_, data) for i, (type_, data) in enumerate(run_items(facts))
         ])
         log.advance_run(tx.conn, tx.scope, run_id, first - 1, snap)
@@ -213,10 +214,10 @@ class CreateJob(Job[CommitResult]):
         seq = log.insert_commit(tx.conn, tx.scope, self.commit_id, tx.epoch, run_id, 0,
                                 len(group))
         stream = run_stream(run_id)
-        log.insert_events(tx.conn, tx.scope, seq, [
+        log.insert_events(tx.conn, tx.scope, seq, self.commit_id, [
             (stream, i, type_, data) for i, (type_, data) in enumerate(run_items(group))
         ])
-        _append_foreign(tx, seq, self.extra_events)
+        _append_foreign(tx, seq, self.commit_id, self.extra_events)
         log.insert_run(tx.conn, tx.scope, run_id, snap)
         log.write_cache(tx.conn, tx.scope, run_id, snap)
         return CommitResult(CommitStatus.ACCEPTED, snap, group), ((run_id, snap),)
@@ -239,7 +240,7 @@ class AppendJob(Job[CommitStatus]):
         if not self.events:
             raise ValidationError("append_events needs at least one event")
         seq = log.insert_commit(tx.conn, tx.scope, self.commit_id, tx.epoch)
-        _append_foreign(tx, seq, self.events)
+        _append_foreign(tx, seq, self.commit_id, self.events)
         return CommitStatus.ACCEPTED, ()
 
 

@@ -36,7 +36,8 @@ from ._scope import integral_ints
 from .base import StreamRecord, run_stream
 
 __all__ = [
-    "RunFacts", "CommitRow", "decode_rows", "verify_chain", "select_run_facts", "fenced", "require_epoch", "check_epoch_row",
+    "RunFacts", "CommitRow", "decode_rows", "verify_chain", "select_run_facts", "fenced",
+    "require_epoch", "check_epoch_row",
     "encode_state", "decode_state", "cache_entries", "commit_facts", "rebuild_projection",
     "stream_records", "frozen_body", "head_of",
 ]

@@ -39,7 +39,6 @@ import trio
 
 from ..protocol.values import Digest
 from ._group import GroupCounters, GroupStatistics
-from ._sqlite_schema import corrupt, is_damage
 from ._sqlite_jobs import (
     AppendJob,
     Change,
@@ -52,6 +51,7 @@ from ._sqlite_jobs import (
     PutJob,
     WriterState,
 )
+from ._sqlite_schema import corrupt, is_damage
 
 __all__ = [
     "WriterState", "WriterStatistics", "Job", "CommitJob", "CreateJob", "AppendJob",

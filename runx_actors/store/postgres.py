@@ -44,16 +44,17 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import attrs
+import psycopg
 import trio
 from psycopg_pool import ConnectionPool
 
 from ..protocol.commit import CommitRequest, CommitResult, CommitStatus
-from ..protocol.errors import ValidationError
+from ..protocol.errors import CorruptStoreError, ValidationError
 from ..protocol.values import AgentInput, Digest, NewRun, Scope
 from . import _pg_log as log
 from ._facade import SqlFrozenStore, SqlReader, SqlRunStore, SqlStoreBase, SqlWriter
 from ._group import GroupCounters, GroupStatistics
-from ._pg_schema import ensure_schema, make_pool
+from ._pg_schema import ensure_schema, is_damage, make_pool
 from ._pg_writer import (
     AppendJob,
     CommitJob,
@@ -161,7 +162,10 @@ class PostgresStore(SqlStoreBase[PgWriterState]):
 
     def _with_conn(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         with self._pool.connection() as conn:
-            return fn(conn, *args)
+            try:
+                return fn(conn, *args)
+            except psycopg.Error as exc:
+                raise _typed(exc) from exc
 
     async def _submit(self, ws: PgWriterState, job: Job[T]) -> T:
         """Queue *job* in *ws*'s group and wait for its answer. Checkpoint.
@@ -227,7 +231,7 @@ class PostgresStore(SqlStoreBase[PgWriterState]):
             for job in batch:
                 if job.error is None:
                     job.result = None
-                    job.error = _copy_error(exc)
+                    job.error = _copy_error(_typed(exc))
             if not isinstance(exc, Exception):
                 raise
         else:
@@ -260,9 +264,12 @@ class PostgresStore(SqlStoreBase[PgWriterState]):
             raise ValidationError("scope must be non-empty")
         if self._closed:
             raise trio.ClosedResourceError("the store is closed")
-        epoch, projection = await trio.to_thread.run_sync(
-            open_scope, self._pool, scope, limiter=self._limiter
-        )
+        try:
+            epoch, projection = await trio.to_thread.run_sync(
+                open_scope, self._pool, scope, limiter=self._limiter
+            )
+        except psycopg.Error as exc:
+            raise _typed(exc) from exc
         ws = PgWriterState(scope, epoch, projection)
         self._live[scope] = ws
         self._writers = [w for w in self._writers if w.pending or w.flushing] + [ws]
@@ -284,6 +291,15 @@ class PostgresStore(SqlStoreBase[PgWriterState]):
                 await self._idle.wait()
                 await trio.to_thread.run_sync(self._pool.close)
             await trio.lowlevel.checkpoint()
+
+
+def _typed(exc: BaseException) -> BaseException:
+    """*exc* as a CorruptStoreError when it says the schema is damaged (RUN-STO-1)."""
+    if is_damage(exc):
+        err = CorruptStoreError(f"the store is damaged: {exc}", reason="postgres")
+        err.__cause__ = exc
+        return err
+    return exc
 
 
 def _copy_error(exc: BaseException) -> BaseException:

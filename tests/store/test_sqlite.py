@@ -418,6 +418,11 @@ async def test_group_write_failure_falls_back_to_one_job_at_a_time(tmp_path: Pat
                                           CommitResult]
         assert out[1].run_id == "run-1"  # type: ignore[attr-defined]
         assert store.statistics().fallback_groups == 1
+        with pytest.raises(CorruptRecordError) as damaged:  # record() checks the head too
+            await w.record("run-1")
+        assert (damaged.value.table, damaged.value.position) == ("events", 2)  # type: ignore[attr-defined]
+        with _raw(path) as conn:
+            conn.execute("UPDATE runs SET head = 1 WHERE run_id = 'run-1'")
         positions = {r: (await w.record(r)).position for r in states}
         assert positions == {"run-0": 2, "run-1": 1, "run-2": 2}
         assert w.projection()["run-1"].position == 1
