@@ -320,11 +320,33 @@ def _require_object(value: object) -> dict[str, Any]:
     return value
 
 
+def _structure_digest(value: object, _: Any) -> str:
+    """A ``Digest`` field: ``sha256:`` + 64 lowercase hex, nothing else (RUN-WIR-6)."""
+    text = _structure_str(value, str)
+    if not _values.is_digest(text):
+        raise _Bad(f"{text[:80]!r} is not a digest (sha256: + 64 lowercase hex)")
+    return text
+
+
+def _digest_fields(cl: type[Any]) -> frozenset[str]:
+    """The fields of *cl* annotated ``Digest`` (an alias of ``str``). Read from the raw
+    (string) annotations: ``attrs.resolve_types`` replaces ``Attribute.type`` by ``str``."""
+    names: set[str] = set()
+    for klass in reversed(cl.__mro__):
+        for name, annotation in vars(klass).get("__annotations__", {}).items():
+            if annotation == "Digest":
+                names.add(name)
+    return frozenset(names)
+
+
 def _overrides(cl: type[Any]) -> dict[str, Any]:
     json_fields = JSON_TEXT_FIELDS.get(cl, frozenset())
     result: dict[str, Any] = {}
+    digests = _digest_fields(cl)
     for a in attrs.fields(cl):
-        if a.name in json_fields:
+        if a.name in digests:
+            result[a.name] = override(rename=wire_key(a.name), struct_hook=_structure_digest)
+        elif a.name in json_fields:
             result[a.name] = override(
                 rename=wire_key(a.name),
                 unstruct_hook=_json_text_unstructure(f"{cl.__name__}.{a.name}"),
