@@ -68,9 +68,13 @@ class _Main(click.Group):
     host commands are loaded lazily from ``runx_actors.host.cli_commands``."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *_HOST_COMMANDS})
+        return sorted({*super().list_commands(ctx), *_HOST_COMMANDS, "store"})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name == "store":  # ``store check`` (RUN-STO-5): exits 0 / 3 / 64 / 1
+            from .store._cli import store
+
+            return store
         if cmd_name in _HOST_COMMANDS:
             from .host import cli_commands
 
