@@ -373,7 +373,7 @@ def check_postgres(dsn: str, *, scope: str | None = None) -> CheckReport:
     transaction (nothing is written)."""
     import psycopg
 
-    from ._pg_schema import TABLES, SCHEMA_VERSION, is_damage
+    from ._pg_schema import SCHEMA_VERSION, TABLES, is_damage
 
     target = _redact(dsn)
     with psycopg.connect(dsn) as conn:
