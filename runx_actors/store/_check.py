@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -326,7 +325,13 @@ def check_sqlite(path: str, *, scope: str | None = None) -> CheckReport:
     Raises:
         StoreMissingError: nothing exists at *path* (nothing is created).
     """
-    from ._sqlite_schema import check_header, check_structure, connect, is_damage
+    from ._sqlite_schema import (
+        SQLITE_ERRORS,
+        check_header,
+        check_structure,
+        connect,
+        is_damage,
+    )
 
     if os.path.isdir(path):
         path = os.path.join(path, "runs.sqlite3")
@@ -340,7 +345,7 @@ def check_sqlite(path: str, *, scope: str | None = None) -> CheckReport:
         # A reader like the store's own (``query_only``): closing it as the last
         # connection removes an empty ``-wal`` again; ``mode=ro`` would leave one behind.
         conn = connect(path, readonly=True)
-    except sqlite3.Error as exc:
+    except SQLITE_ERRORS as exc:
         return _report(path, "sqlite", None, [Problem(table="file", reason="sqlite",
                                                       message=f"{path}: {exc}")])
     walk: _Walk | None = None
@@ -357,7 +362,7 @@ def check_sqlite(path: str, *, scope: str | None = None) -> CheckReport:
             walk.run()
         except (CorruptStoreError, SchemaVersionError) as exc:
             return _report(path, "sqlite", walk, [_problem_of(exc, "file")])
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             if not is_damage(exc):
                 raise
             return _report(path, "sqlite", walk, [Problem(

@@ -38,7 +38,7 @@ from ..protocol.errors import CorruptStoreError, SchemaVersionError
 __all__ = [
     "SCHEMA_VERSION", "APPLICATION_ID", "DEFAULT_BUSY_TIMEOUT", "TABLES", "connect",
     "ensure_schema", "create_store_file", "check_header", "check_structure", "corrupt",
-    "is_damage",
+    "is_damage", "SQLITE_ERRORS",
 ]
 
 #: The schema version this build reads and writes. Version 2 added ``events.chain``
@@ -137,9 +137,17 @@ _DAMAGE_CODES = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_CORRUPT_IN
                            "SQLITE_CORRUPT_SEQUENCE", "SQLITE_CORRUPT_VTAB"})
 
 
+#: What a ``sqlite3`` call raises on a damaged file: its own errors, and
+#: ``UnicodeDecodeError`` when the damaged bytes are in an error message it decodes (a
+#: flipped byte in ``sqlite_master``'s SQL text).
+SQLITE_ERRORS: tuple[type[Exception], ...] = (sqlite3.DatabaseError, UnicodeDecodeError)
+
+
 def is_damage(exc: BaseException) -> bool:
     """Whether a ``sqlite3`` error says the database is damaged: a corrupt or non-database
-    file, or a table or column of the schema that is missing."""
+    file, a table or column of the schema that is missing, text that is not UTF-8."""
+    if isinstance(exc, UnicodeDecodeError):
+        return True
     if not isinstance(exc, sqlite3.DatabaseError):
         return False
     name = str(getattr(exc, "sqlite_errorname", ""))
@@ -147,7 +155,8 @@ def is_damage(exc: BaseException) -> bool:
         return True
     text = str(exc)
     return (type(exc) is sqlite3.DatabaseError or "no such table" in text
-            or "no such column" in text or "malformed" in text)
+            or "no such column" in text or "malformed" in text
+            or "Could not decode to UTF-8" in text or "unsupported file format" in text)
 
 
 def check_header(path: str) -> None:
@@ -170,6 +179,9 @@ def check_header(path: str) -> None:
         raise corrupt(path, "the file is not a SQLite database", reason="not_sqlite")
     if len(head) < 100:
         raise corrupt(path, "the SQLite header is truncated", reason="truncated")
+    if head[18] != 2 or head[19] != 2:  # every store is created in WAL mode (persistent)
+        raise corrupt(path, f"the SQLite header says file format {head[18]}/{head[19]}, not "
+                            "WAL (2/2)", reason="header")
 
 
 def check_structure(conn: sqlite3.Connection, path: str) -> None:
@@ -208,7 +220,7 @@ def check_structure(conn: sqlite3.Connection, path: str) -> None:
         if row is not None:
             raise corrupt(path, f"scope {row[0]!r} has the invalid epoch {row[1]!r}",
                           table="scopes", row=str(row[0]), scope=row[0], reason="bad_epoch")
-    except sqlite3.DatabaseError as exc:
+    except SQLITE_ERRORS as exc:
         if not is_damage(exc):
             raise
         raise corrupt(path, f"the database is damaged: {exc}", reason="sqlite") from exc

@@ -27,7 +27,6 @@ replays.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -44,6 +43,7 @@ from ._facade import SqlFrozenStore, SqlReader, SqlRunStore, SqlStoreBase, SqlWr
 from ._scope import check_frozen
 from ._sqlite_schema import (
     DEFAULT_BUSY_TIMEOUT,
+    SQLITE_ERRORS,
     check_header,
     connect,
     corrupt,
@@ -101,14 +101,14 @@ class _ReaderPool:
         if conn is None:
             try:
                 conn = connect(self._path, busy_timeout=self._busy_timeout, readonly=True)
-            except sqlite3.DatabaseError as exc:
+            except SQLITE_ERRORS as exc:
                 if not is_damage(exc):
                     raise
                 raise corrupt(self._path, f"the database is damaged: {exc}",
                               reason="sqlite") from exc
         try:
             return fn(conn, *args)
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             if not is_damage(exc):
                 raise
             raise corrupt(self._path, f"the database is damaged: {exc}",
@@ -289,7 +289,7 @@ def _open_writer_connection(path: str, busy_timeout: float) -> Any:
     try:
         conn = connect(path, busy_timeout=busy_timeout,
                        cached_statements=WRITER_CACHED_STATEMENTS)
-    except sqlite3.DatabaseError as exc:
+    except SQLITE_ERRORS as exc:
         if not is_damage(exc):
             raise
         raise corrupt(path, f"the database is damaged: {exc}", reason="sqlite") from exc

@@ -423,8 +423,7 @@ async def _read_everything(path: Path) -> None:
 FUZZ_COUNTS = {"tried": 0, "unchanged_noop": 0, "detected": 0}
 
 
-@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-          max_examples=80)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(edit=_EDITS)
 def test_fuzz_corrupted_sqlite_store(tmp_path: Path, edit: tuple[Any, ...]) -> None:
     """Random byte flips, row deletes and edits: a damage the store can see is refused
