@@ -352,6 +352,11 @@ def check_sqlite(path: str, *, scope: str | None = None) -> CheckReport:
     try:
         try:
             check_structure(conn, path)
+            mode = conn.execute("PRAGMA journal_mode").fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                return _report(path, "sqlite", None, [Problem(
+                    table="file", reason="not_wal",
+                    message=f"{path}: the store is not in WAL mode (got {mode!r})")])
             bad = [str(r[0]) for r in conn.execute("PRAGMA integrity_check").fetchall()]
             if bad != ["ok"]:
                 return _report(path, "sqlite", None, [Problem(

@@ -179,9 +179,9 @@ def check_header(path: str) -> None:
         raise corrupt(path, "the file is not a SQLite database", reason="not_sqlite")
     if len(head) < 100:
         raise corrupt(path, "the SQLite header is truncated", reason="truncated")
-    if head[18] != 2 or head[19] != 2:  # every store is created in WAL mode (persistent)
-        raise corrupt(path, f"the SQLite header says file format {head[18]}/{head[19]}, not "
-                            "WAL (2/2)", reason="header")
+    if head[18] not in (1, 2) or head[19] not in (1, 2):  # 3+ would open read-only
+        raise corrupt(path, f"the SQLite header holds the unknown file format "
+                            f"{head[18]}/{head[19]}", reason="header")
 
 
 def check_structure(conn: sqlite3.Connection, path: str) -> None:
@@ -283,10 +283,10 @@ def ensure_schema(conn: sqlite3.Connection, path: str = "") -> None:
 
     Raises:
         SchemaVersionError: foreign database or another schema version.
-        CorruptStoreError: see :func:`check_structure`.
+        CorruptStoreError: see :func:`check_structure`; or the store is not in WAL mode
+            (its header was changed).
     """
     check_structure(conn, path)
     mode = conn.execute("PRAGMA journal_mode").fetchone()
-    if mode is None or str(mode[0]).lower() != "wal":
-        raise SchemaVersionError(f"{path}: the store is not in WAL mode (got {mode!r})",
-                                 path=path)
+    if mode is None or str(mode[0]).lower() != "wal":  # every store is created in WAL mode
+        raise corrupt(path, f"the store is not in WAL mode (got {mode!r})", reason="not_wal")
