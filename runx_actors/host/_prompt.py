@@ -143,7 +143,7 @@ class HostPromptBuilder:
 
     def __init__(self, writer: Any, frozen: Any, package: Package, runner_name: str,
                  tools: Sequence[Tool], created_at: Callable[[str], str]) -> None:
-        self._transcript = TranscriptBuilder(writer, frozen, "")
+        self._transcript = TranscriptBuilder(writer, frozen, "", require_inputs=True)
         self.package = package
         self.runner_name = runner_name
         self.runner = package.runner(runner_name)

@@ -321,7 +321,7 @@ def _require_object(value: object) -> dict[str, Any]:
 
 
 def _structure_digest(value: object, _: Any) -> str:
-    """A ``Digest`` field: ``sha256:`` + 64 lowercase hex, nothing else (RUN-WIR-6)."""
+    """A ``Digest`` field: ``sha256:`` + 64 lowercase hex, nothing else (RUN-WIR-5)."""
     text = _structure_str(value, str)
     if not _values.is_digest(text):
         raise _Bad(f"{text[:80]!r} is not a digest (sha256: + 64 lowercase hex)")

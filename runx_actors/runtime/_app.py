@@ -121,9 +121,11 @@ class TranscriptBuilder:
     """
 
     def __init__(self, writer: Any, frozen: Any, model: ModelRef,
-                 tools: Sequence[ToolOffer] = (), *, system: str = "") -> None:
+                 tools: Sequence[ToolOffer] = (), *, system: str = "",
+                 require_inputs: bool = False) -> None:
         self._writer = writer
         self._frozen = frozen
+        self._require_inputs = require_inputs
         self.model = model
         self.tools = tuple(tools)
         self.system = system
@@ -131,14 +133,21 @@ class TranscriptBuilder:
     async def _body(self, digest: str, type_name: str) -> Any:
         """The frozen body *digest* of type *type_name*.
 
+        An ``agent_input`` body is frozen by whoever submits the input (``input_body``),
+        not by the store, so a missing one gives None (the message shows ``[input id]``)
+        unless the builder was made with ``require_inputs=True``.
+
         Raises:
-            CorruptRecordError: the body is missing (``table="frozen"``, ``row`` = the
-                digest): a Run's bodies are frozen with its facts, so a missing one means
-                the store is damaged (RUN-STO-4); no placeholder is substituted.
+            CorruptRecordError: a model result, tool output or response payload is missing
+                (the store freezes those with their facts, so the store is damaged;
+                RUN-STO-4), or an input body with ``require_inputs`` (``table="frozen"``,
+                ``row`` = the digest). No placeholder is substituted for them.
         """
         try:
             return decode_frozen(type_name, digest, await self._frozen.get(digest))
         except FrozenValueMissingError as exc:
+            if type_name == AGENT_INPUT and not self._require_inputs:
+                return None
             raise CorruptRecordError(f"the frozen body {digest} ({type_name}) is missing",
                                      table="frozen", row=digest, digest=digest,
                                      reason="missing") from exc
