@@ -307,3 +307,55 @@ def test_new_store_is_created_only_where_nothing_exists(tmp_path: Path) -> None:
     assert trio.run(open_and_epoch) == 1
     assert trio.run(open_and_epoch) == 2
     assert not list(tmp_path.glob("*.tmp*"))
+
+
+FILE_DAMAGE = ["truncated", "garbage", "zero_bytes", "foreign", "foreign_empty",
+               "dropped_table", "epoch_negative"]
+
+
+@pytest.mark.parametrize("damage", FILE_DAMAGE)
+def test_skill_refuses_a_damaged_store_and_writes_nothing(copy: tuple[Path, str],
+                                                          damage: str) -> None:
+    """``skill`` opens the store before creating its Run: a damaged file is refused
+    before anything is written (RUN-STO-1, RUN-STO-4)."""
+    base, run_id = copy
+    store = base / STORE
+    DAMAGE[damage](store, run_id)
+    before = fingerprint(store)
+    result = invoke(["skill", str(EXAMPLE), "--runner", "context-gate", "-i",
+                     f"objective={OBJECTIVE}", "--store", STORE, "-R", "D", "--json"], base)
+    assert result.exit_code == 1, result.output
+    assert "runx-actors: skill:" in result.stderr and "Traceback" not in result.output
+    assert fingerprint(store) == before
+
+
+@pytest.mark.parametrize("body_type", ["agent_input", "model_result"])
+async def test_transcript_raises_for_a_missing_body(copy: tuple[Path, str],
+                                                    body_type: str) -> None:
+    """The transcript builder substitutes no placeholder for a missing body: a model
+    result always raises, an input body raises when the builder requires inputs (the
+    host's does)."""
+    from runx_actors.protocol.values import ModelRef
+    from runx_actors.runtime._app import TranscriptBuilder
+
+    base, run_id = copy
+    store = base / STORE
+    async with open_sqlite_store(store) as opened:
+        facts = await (await opened.reader("default")).run_facts(run_id)
+    wanted = {"agent_input": "input_accepted", "model_result": "model_step_completed"}
+    fact = next(f for f in facts if f.WIRE_NAME == wanted[body_type])
+    digest = fact.input.digest if body_type == "agent_input" else fact.result_digest  # type: ignore[attr-defined]
+    sql(store, f"DELETE FROM frozen WHERE digest = '{digest}'")
+    async with open_sqlite_store(store) as opened:
+        reader = await opened.reader("default")
+        strict = TranscriptBuilder(reader, opened.frozen, ModelRef("m"), require_inputs=True)
+        with pytest.raises(CorruptRecordError) as info:
+            await strict.messages(run_id)
+        assert (info.value.table, info.value.row) == ("frozen", digest)  # type: ignore[attr-defined]
+        lenient = TranscriptBuilder(reader, opened.frozen, ModelRef("m"))
+        if body_type == "agent_input":
+            messages = await lenient.messages(run_id)
+            assert messages[0]["content"].startswith("[input ")
+        else:
+            with pytest.raises(CorruptRecordError):
+                await lenient.messages(run_id)
