@@ -254,6 +254,10 @@ async def test_open_names_the_damage(copy: tuple[Path, str], damage: str,
     assert getattr(info.value, "path", None) == str(store)
     if table is not None:
         assert info.value.table == table
+    reasons = {"zero_bytes": "zero_bytes", "garbage": "not_sqlite",
+               "epoch_negative": "bad_epoch", "dropped_table": "missing_table"}
+    if damage in reasons:
+        assert info.value.reason == reasons[damage]
     assert fingerprint(store) == before
 
 
@@ -359,3 +363,17 @@ async def test_transcript_raises_for_a_missing_body(copy: tuple[Path, str],
         else:
             with pytest.raises(CorruptRecordError):
                 await lenient.messages(run_id)
+
+
+@pytest.mark.parametrize("epoch, last, reason", [
+    (-5, 0, "bad_epoch"), (0, 0, "bad_epoch"), (True, 0, "bad_epoch"), ("3", 0, "bad_epoch"),
+    (2, 3, "epoch_behind"), (None, 1, "epoch_missing"),
+])
+def test_epoch_rules(epoch: Any, last: int, reason: str) -> None:
+    from runx_actors.store._rows import check_epoch_row
+
+    with pytest.raises(CorruptStoreError) as info:
+        check_epoch_row("s", epoch, last)
+    assert (info.value.table, info.value.row, info.value.reason) == ("scopes", "s", reason)
+    check_epoch_row("s", 3, 3)
+    check_epoch_row("s", None, 0)

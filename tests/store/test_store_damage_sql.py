@@ -211,7 +211,7 @@ ROW_DAMAGE = {
          "UPDATE events SET stream = 'run/run-2' WHERE stream = 'run/run-1' AND idx = 1",
          "UPDATE events SET stream = 'run/run-1' WHERE stream = 'run/run-x'"],
         "events", "run-1", 1),
-    "commit_id_edited": (["UPDATE commits SET commit_id = 'other' WHERE commit_id = "
+    "commit_id_edited": (["UPDATE commits SET commit_id = 'create:run-9' WHERE commit_id = "
                           "'create:run-1'"], "events", "run-1", 0),
 }
 
