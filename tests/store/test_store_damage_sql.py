@@ -453,3 +453,57 @@ def test_fuzz_corrupted_sqlite_store(tmp_path: Path, edit: tuple[Any, ...]) -> N
         return
     # check saw damage the reads did not touch: it must name a table
     assert all(p.table for p in report.problems)
+
+
+async def test_store_check_cli_on_both_backends(backend: Backend) -> None:
+    """``runx-actors store check`` exits 0 on the clean store and 3 once a row is edited,
+    with the same report as the library, for a SQLite path and a PostgreSQL DSN."""
+    import json
+
+    from click.testing import CliRunner
+
+    from runx_actors.cli import main
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(main, ["store", "check", backend.target, *args])
+
+    async with built(backend):
+        clean = await trio.to_thread.run_sync(run, "--json")
+        assert clean.exit_code == 0, clean.output
+        assert json.loads(clean.stdout)["ok"] is True
+        backend.sql("UPDATE runs SET head = 9 WHERE run_id = 'run-2'")
+        damaged = await trio.to_thread.run_sync(run, "--json")
+        assert damaged.exit_code == 3, damaged.output
+        (problem,) = json.loads(damaged.stdout)["problems"]
+        assert (problem["table"], problem["run_id"], problem["reason"]) == (
+            "events", "run-2", "head")
+        text = await trio.to_thread.run_sync(run, "--scope", SCOPE)
+        assert text.exit_code == 3 and text.stdout.startswith("damaged: ")
+        assert "run=run-2" in text.stdout
+
+
+def test_store_check_cli_unreachable_server() -> None:
+    from click.testing import CliRunner
+
+    from runx_actors.cli import main
+
+    result = CliRunner().invoke(
+        main, ["store", "check", "postgresql://runx@127.0.0.1:1/nope?connect_timeout=2"])
+    assert result.exit_code == 1, result.output
+    assert "cannot reach the store" in result.stderr
+
+
+async def test_old_schema_version_is_refused_with_a_message(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    async with open_sqlite_store(path) as store:
+        await build(store)
+    SqliteBackend(path).sql("PRAGMA user_version = 1")
+    before = SqliteBackend(path).snapshot()
+    with pytest.raises(SchemaVersionError) as info:
+        async with open_sqlite_store(path):
+            pass  # pragma: no cover
+    assert (info.value.found, info.value.supported) == (1, 2)  # type: ignore[attr-defined]
+    assert "older build" in str(info.value)
+    assert SqliteBackend(path).snapshot() == before
+    report = check_store(str(path))
+    assert [p.table for p in report.problems] == ["file"]
