@@ -221,7 +221,7 @@ class PostgresStore(SqlStoreBase[PgWriterState]):
         try:
             result: GroupResult = await trio.to_thread.run_sync(
                 run_group, self._pool, ws.scope, ws.epoch, ws.projection.active, suspect,
-                batch, self._hooks, limiter=self._limiter,
+                batch, self._hooks, ws.chain_heads, limiter=self._limiter,
             )
         except BaseException as exc:
             # Unknown outcome: nothing is published; the group's Runs are refolded from
@@ -238,6 +238,9 @@ class PostgresStore(SqlStoreBase[PgWriterState]):
             # Durable: publish to the projection, then answer.
             ws.apply(result.changes)
             ws.suspect.difference_update(result.refreshed)
+            if len(ws.chain_heads) > _CHAIN_HEADS_MAX:
+                ws.chain_heads.clear()
+            ws.chain_heads.update(result.chains)
             self._counters.committed(len(batch), result.accepted)
         finally:
             for job in batch:
@@ -291,6 +294,10 @@ class PostgresStore(SqlStoreBase[PgWriterState]):
                 await self._idle.wait()
                 await trio.to_thread.run_sync(self._pool.close)
             await trio.lowlevel.checkpoint()
+
+
+#: At most this many stream chain heads are remembered per writer (then forgotten).
+_CHAIN_HEADS_MAX = 65536
 
 
 def _typed(exc: BaseException) -> BaseException:
