@@ -136,13 +136,13 @@ class _Walk:
         return (f" WHERE {column} = ?", (self.scope,)) if self.scope is not None else ("", ())
 
     def run(self) -> None:
-        epochs = self.check_scopes()
-        per_commit = self.check_streams(epochs)
+        self.check_scopes()
+        per_commit = self.check_streams()
         self.check_commits(per_commit)
 
     # -- scopes ------------------------------------------------------------------------
 
-    def check_scopes(self) -> set[str]:
+    def check_scopes(self) -> None:
         where, params = self._where("scope")
         last: dict[str, int] = {}
         for scope, epoch in self.rows(
@@ -161,11 +161,10 @@ class _Walk:
                 check_epoch_row(scope, None, last[scope])
             except CorruptStoreError as exc:
                 self.problems.append(_problem_of(exc, "scopes"))
-        return scopes
 
     # -- streams -----------------------------------------------------------------------
 
-    def check_streams(self, scopes: set[str]) -> dict[int, int]:
+    def check_streams(self) -> dict[int, int]:
         """Check every stream; returns how many events reference each commit seq, and
         fills ``run_owned``: ``(seq, run id) -> (first idx, events)`` of Run events."""
         where, params = self._where("e.scope")
@@ -217,7 +216,6 @@ class _Walk:
                 run_id=run_id, position=0,
                 message=f"run {run_id!r} in scope {scope!r} has a 'runs' row but no events"))
         self.check_frozen(needed)
-        del scopes
         return per_commit
 
     def check_run(self, scope: str, run_id: str, checked: list[tuple[int, str, bytes]],

@@ -12,7 +12,7 @@ of a state and the control flow of the reads live in ``_rows`` (shared with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -32,6 +32,7 @@ __all__ = [
     "stream_exists", "commit_exists", "commit_run_facts", "insert_commit", "insert_events",
     "insert_run", "advance_run", "stream_head", "write_cache", "read_cache",
     "rebuild_projection", "frozen_put", "frozen_get", "read_stream", "last_commit_epoch",
+    "ChainCache",
 ]
 
 Conn = psycopg.Connection[Any]
@@ -166,6 +167,34 @@ def insert_commit(
     return int(row[0])
 
 
+class ChainCache:
+    """Chain digests a group already knows, ``stream -> (idx, chain)`` (RUN-STO-3): the
+    writer's committed heads (read only), the accepted jobs' (``accepted``) and the
+    running job's (``pending``: kept or discarded with its savepoint)."""
+
+    def __init__(self, heads: Mapping[str, tuple[int, bytes]]) -> None:
+        self.heads = heads
+        self.accepted: dict[str, tuple[int, bytes]] = {}
+        self.pending: dict[str, tuple[int, bytes]] = {}
+
+    def get(self, stream: str, idx: int) -> bytes | None:
+        """The chain of row *idx* of *stream*, if known."""
+        for known in (self.pending, self.accepted, self.heads):
+            entry = known.get(stream)
+            if entry is not None and entry[0] == idx:
+                return entry[1]
+        return None
+
+    def keep(self) -> None:
+        """The running job was accepted: its chains stay."""
+        self.accepted.update(self.pending)
+        self.pending = {}
+
+    def discard(self) -> None:
+        """The running job was refused (its savepoint rolled back): its chains go."""
+        self.pending = {}
+
+
 def _chain_before(conn: Conn, scope: Scope, stream: str, idx: int) -> bytes:
     if idx == 0:
         return genesis(scope, stream)
@@ -181,19 +210,20 @@ def _chain_before(conn: Conn, scope: Scope, stream: str, idx: int) -> bytes:
 
 def insert_events(
     conn: Conn, scope: Scope, seq: int, commit_id: str,
-    events: Sequence[tuple[str, int, str, bytes]],
+    events: Sequence[tuple[str, int, str, bytes]], chains: ChainCache | None = None,
 ) -> None:
     """Insert ``(stream, idx, type, data)`` rows of commit *seq* (*commit_id*), each with
-    its chain digest (RUN-STO-3; the row before is read once per stream, inside the
-    transaction). A duplicate key fails."""
-    last: dict[str, tuple[int, bytes]] = {}
+    its chain digest (RUN-STO-3): the row before comes from *chains* when known, else is
+    read inside the transaction. New chains go to ``chains.pending``. A duplicate key
+    fails."""
+    cache = chains if chains is not None else ChainCache({})
     rows = []
     for stream, idx, type_, data in events:
-        known = last.get(stream)
-        prev = known[1] if known is not None and known[0] == idx - 1 else \
-            _chain_before(conn, scope, stream, idx)
+        prev = genesis(scope, stream) if idx == 0 else cache.get(stream, idx - 1)
+        if prev is None:
+            prev = _chain_before(conn, scope, stream, idx)
         chain = link(prev, commit_id, type_, data)
-        last[stream] = (idx, chain)
+        cache.pending[stream] = (idx, chain)
         rows.append((scope, stream, idx, type_, data, seq, chain))
     with conn.cursor() as cur:
         cur.executemany(

@@ -75,6 +75,10 @@ class PgWriterState(WriterStateBase):
         self.flushing = False
         #: Runs whose projection entry may lag the log (a group's outcome was unknown).
         self.suspect: set[RunID] = set()
+        #: ``stream -> (idx, chain)`` of the newest row this writer committed to each
+        #: stream (rows are immutable: an entry stays valid for its idx), so an append
+        #: needs no read for its chain (RUN-STO-3). Bounded.
+        self.chain_heads: dict[str, tuple[int, bytes]] = {}
 
     def apply(self, changes: Sequence[Change]) -> None:
         for run_id, snap in changes:
@@ -98,12 +102,17 @@ class _Tx:
     """One group transaction: connection, writer, and the running overlay."""
 
     def __init__(self, conn: log.Conn, scope: Scope, epoch: int,
-                 active: Mapping[RunID, Snapshot]) -> None:
+                 active: Mapping[RunID, Snapshot],
+                 chain_heads: Mapping[str, tuple[int, bytes]] | None = None) -> None:
         self.conn = conn
         self.scope = scope
         self.epoch = epoch
         self._active = active
         self.overlay: dict[RunID, Snapshot | None] = {}
+        #: Chains known before the group, those of the jobs accepted so far, and those
+        #: of the job running now (merged into ``accepted`` when its savepoint is
+        #: released, dropped when it is rolled back).
+        self.chains = log.ChainCache(chain_heads or {})
 
     def active(self, run_id: RunID) -> Snapshot | None:
         if run_id in self.overlay:
@@ -151,7 +160,7 @@ class Job(JobBase[T]):
 def _append_foreign(tx: _Tx, seq: int, commit_id: str, events: Sequence[ForeignEvent]
                     ) -> None:
     rows = foreign_rows(lambda stream: log.stream_head(tx.conn, tx.scope, stream), events)
-    log.insert_events(tx.conn, tx.scope, seq, commit_id, rows)
+    log.insert_events(tx.conn, tx.scope, seq, commit_id, rows, tx.chains)
 
 
 class CommitJob(Job[CommitResult]):
@@ -180,7 +189,7 @@ class CommitJob(Job[CommitResult]):
         stream = run_stream(run_id)
         log.insert_events(tx.conn, tx.scope, seq, request.envelope.id, [
             (stream, first + i, type_, data) for i, (type_, data) in enumerate(run_items(facts))
-        ])
+        ], tx.chains)
         log.advance_run(tx.conn, tx.scope, run_id, first - 1, snap)
         was_open = before is not None and isinstance(before.state.current, Open)
         log.write_cache(tx.conn, tx.scope, run_id, snap, was_open=was_open)
@@ -216,7 +225,7 @@ class CreateJob(Job[CommitResult]):
         stream = run_stream(run_id)
         log.insert_events(tx.conn, tx.scope, seq, self.commit_id, [
             (stream, i, type_, data) for i, (type_, data) in enumerate(run_items(group))
-        ])
+        ], tx.chains)
         _append_foreign(tx, seq, self.commit_id, self.extra_events)
         log.insert_run(tx.conn, tx.scope, run_id, snap)
         log.write_cache(tx.conn, tx.scope, run_id, snap)
@@ -253,11 +262,14 @@ class GroupResult:
     changes: tuple[Change, ...]
     refreshed: frozenset[RunID]
     accepted: int
+    #: ``stream -> (idx, chain)`` of the newest rows the group wrote.
+    chains: Mapping[str, tuple[int, bytes]] = attrs.field(factory=dict)
 
 
 def run_group(
     pool: ConnectionPool, scope: Scope, epoch: int, active: Mapping[RunID, Snapshot],
     suspect: frozenset[RunID], jobs: Sequence[Job[Any]], hooks: Hooks,
+    chain_heads: Mapping[str, tuple[int, bytes]] | None = None,
 ) -> GroupResult:
     """Run *jobs* of one writer as one transaction (worker thread; see the module doc).
 
@@ -273,7 +285,7 @@ def run_group(
             for job in jobs:
                 job.error = log.fenced(scope, epoch, current)
             return GroupResult((), frozenset(), 0)
-        tx = _Tx(conn, scope, epoch, active)
+        tx = _Tx(conn, scope, epoch, active, chain_heads)
         refreshed: list[Change] = []
         for run_id in sorted(suspect):
             try:
@@ -294,7 +306,9 @@ def run_group(
                     value, job_changes = job.run(tx)
             except Exception as exc:
                 job.error = exc
+                tx.chains.discard()
                 continue
+            tx.chains.keep()
             job.result = value
             tx.stage(job_changes)
             changes.extend(job_changes)
@@ -304,7 +318,8 @@ def run_group(
             hooks.before_commit()
     if hooks.after_commit is not None:
         hooks.after_commit()
-    return GroupResult(tuple(changes), frozenset(r for r, _ in refreshed), accepted)
+    return GroupResult(tuple(changes), frozenset(r for r, _ in refreshed), accepted,
+                       tx.chains.accepted)
 
 
 def open_scope(pool: ConnectionPool, scope: Scope) -> tuple[int, Projection]:
