@@ -172,8 +172,9 @@ class CorruptStoreError(RunxError):
     """A store is damaged: its file cannot be a store (truncated, garbage, zero bytes,
     an unknown header format, not in WAL mode), a table is missing, a persisted epoch is
     invalid, the commit-id index disagrees with the facts, or a row's chain digest does
-    not match (RUN-STO-1 … RUN-STO-3). Nothing was written. Attributes (those that apply): ``path`` (file or
-    DSN), ``table``, ``row`` (the row's key as text), ``scope``, ``run_id``, ``position``.
+    not match (RUN-STO-1 … RUN-STO-3). Nothing was written. Attributes (those that
+    apply): ``path`` (file or DSN), ``table``, ``row`` (the row's key as text), ``scope``,
+    ``run_id``, ``position``, ``reason``.
     """
 
 
