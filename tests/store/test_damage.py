@@ -377,3 +377,19 @@ def test_epoch_rules(epoch: Any, last: int, reason: str) -> None:
     assert (info.value.table, info.value.row, info.value.reason) == ("scopes", "s", reason)
     check_epoch_row("s", 3, 3)
     check_epoch_row("s", None, 0)
+
+
+def test_chain_cache_keeps_only_accepted_jobs() -> None:
+    """The PostgreSQL group's chain cache: a refused job's chains are dropped with its
+    savepoint, an accepted job's stay; an entry answers only for its own position."""
+    pytest.importorskip("psycopg")
+    from runx_actors.store._pg_log import ChainCache
+
+    cache = ChainCache({"run/a": (4, b"h4")})
+    assert cache.get("run/a", 4) == b"h4" and cache.get("run/a", 3) is None
+    cache.pending["run/a"] = (5, b"bogus")
+    cache.discard()
+    assert cache.get("run/a", 5) is None and cache.accepted == {}
+    cache.pending["run/a"] = (5, b"h5")
+    cache.keep()
+    assert cache.get("run/a", 5) == b"h5" and cache.accepted == {"run/a": (5, b"h5")}
