@@ -13,7 +13,7 @@ import click
 import trio
 
 from .._strictread import MalformedInputError
-from ..protocol.errors import OwnershipLostError, RunxError
+from ..protocol.errors import CorruptStoreError, OwnershipLostError, RunxError
 from .errors import (
     AnswersError,
     ApprovalNotAttestedError,
@@ -65,6 +65,8 @@ _HINTS: tuple[tuple[type[BaseException], str], ...] = (
                                "the local operator; agents cannot approve"),
     (AnswersError, "the answers file is {\"answers\": {<request id>: {<outputs>}}, "
                    "\"approvals\": {<request id>: true|false}}"),
+    (CorruptStoreError, "the run store is damaged and was left as it is; "
+                        "`runx-actors store check <store>` lists every damaged row"),
     (LoopIntegrityError, "the run store or the receipts changed after recording; nothing "
                          "was repaired"),
     (LoopConfigMismatch, "use a new run id (RUNX_RUN_ID) or the original inputs"),
@@ -154,10 +156,13 @@ def hint_for(exc: BaseException) -> str:
 
 
 def exit_code_for(exc: BaseException) -> int:
-    """§9.1: a host error carries its code (3 for ``LoopIntegrityError``); anything else
-    is 1."""
+    """§9.1: a host error carries its code (3 for ``LoopIntegrityError``); a damaged store
+    (``CorruptStoreError``, ``CorruptRecordError``: verification of the store failed, RUN-STO)
+    is 3, like ``store check``; anything else is 1."""
     if isinstance(exc, HostError):
         return int(type(exc).exit_code)
+    if isinstance(exc, CorruptStoreError):
+        return 3
     return 1
 
 
