@@ -301,6 +301,9 @@ _TABLE: list[tuple[str, str, Callable[[World], str | None], str]] = [
      _from_log("INV-7"), "log walk: model effect sequence == rejects at start"),
     ("INV-9", "A command id is appended at most once: a resubmission replays.",
      _from_log("INV-9"), "scope log: commit ids unique"),
+    ("INV-9.replay", "A resubmitted (known) command id answers ALREADY_APPLIED, never a "
+                     "refusal (terminal, stale, conflict).",
+     _ghost("INV-9.replay"), "ghost on every commit whose id was already in the index"),
     ("INV-10", "Each commit is one non-empty group; RunEnded comes last in it.",
      _from_log("INV-10"), "scope log: groups non-empty, RunEnded last"),
     ("INV-12", "Prepare takes every pending input in order; an input id is accepted once.",
@@ -345,6 +348,12 @@ _TABLE: list[tuple[str, str, Callable[[World], str | None], str]] = [
      _inv_31, "executor: no tombstoned record was ever accepted or restarted"),
     ("INV-40", "The log folds under the evolve guards, and its fold equals the projection.",
      _from_log("INV-40"), "fold(stream) == projection; guard breaches not named by another id"),
+    ("ADV-1", "A forged command (future or stale base, wrong or foreign effect, step or "
+              "call ids, mismatched ToolSpecs, a hand-built envelope, a command to an ended "
+              "Run) is refused (terminal for an ended Run) or replays; it never appends.",
+     _ghost("ADV-1"), "ghost on the adversary's moves"),
+    ("ADV-2", "The fold refuses a fact no decide could produce (CorruptLogError).",
+     _ghost("ADV-2"), "ghost on the adversary's foreign-log moves (core model)"),
     ("EXEC-1", "No key is executed twice by dispatch, and a replay-never tool never runs "
                "twice (no second start at the executor).",
      _exec_1, "executor: accepts <= 1 per key; tool accepts + restarts <= 1"),

@@ -24,6 +24,8 @@ from ._state import (
     ACTIVE,
     EFFECTS,
     EXECUTING,
+    OPEN,
+    PENDING,
     WAITING,
     Cmd,
     ModelStep,
@@ -32,9 +34,12 @@ from ._state import (
     RunState,
     ToolStep,
     World,
+    call_id,
+    model_effect,
     name,
     prepare_ids,
     replace,
+    tool_effect,
 )
 from ._store import CANCEL_PREFIX
 
@@ -43,6 +48,7 @@ __all__ = ["Ctx", "OWNERS", "moves", "view", "view_position", "initial_world", "
 Move = tuple[str, World]
 OWNERS = ("owner1", "owner2")
 OK = ("accepted", "already_applied")
+REPLAY_OK = ("already_applied", "fenced")
 MALFORMED_RETRIES = 1  # Settings.malformed_retries of the modelled preset
 
 
@@ -59,6 +65,7 @@ class Ctx:
     stale_reads: bool  # the current owner may commit from a snapshot older than the store
     bugs: frozenset[str]  # the environment's (and the reference store's) broken variants
     sem: Semantics  # what a Run does: the reference's own, or the real core's
+    adversarial: bool = False  # the adversary sends forged commands (``_forged_moves``)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -66,7 +73,15 @@ class Ctx:
 
 def _commit(ctx: Ctx, w: World, r: int, cid: str, cmd: Cmd, epoch: int, origin: str,
             base: int = -1) -> tuple[World, str]:
-    return ctx.sem.commit(ctx, w, r, cid, cmd, epoch, origin, base)
+    """Commit through the semantics. A command id already in the index must answer
+    ALREADY_APPLIED (or, for a fenced writer, be fenced first): a resubmission that turns
+    into a refusal (terminal, stale, conflict) leaves ghost ``INV-9.replay``."""
+    known = cid in w.store.cids
+    w2, status = ctx.sem.commit(ctx, w, r, cid, cmd, epoch, origin, base)
+    if known and status not in REPLAY_OK:
+        w2 = w2.with_ghost(f"INV-9.replay: {cmd.kind} under the known command id {cid[:8]} "
+                           f"answered {status}, not already_applied")
+    return w2, status
 
 
 def view_position(w: World, o: int, r: int) -> int:
@@ -461,6 +476,97 @@ def _user_moves(ctx: Ctx, w: World) -> Iterator[Move]:
                                            f"ApproveToolCall({name(call.id)}) [retry]")
 
 
+# --------------------------------------------------------------------------- adversary
+
+
+def _forged_commands(ctx: Ctx, w: World) -> Iterator[tuple[int, str, str, Cmd, int, bool]]:
+    """The adversary's forged commands on the current store, as ``(run, label, command id,
+    command, base, ended)``: each is illegal where it is sent, so it must be refused (or,
+    if its id happens to be known, replay). ``ended``: sent to an ended Run, so the
+    refusal must be ``terminal``.
+
+    * a Prepare from a future snapshot (base ahead of the Run) and from a stale one
+      (behind), with the ids derived from that base;
+    * a model start under the wrong attempt's effect, and one naming a step that is not
+      current; a model settlement under a foreign effect;
+    * a tool start under attempt 1 (not sequence 0), a start of a call the step does not
+      have, a tool settlement under another call's effect;
+    * to an ended Run: a fresh AcceptInput and a CancelRun under a new id.
+    """
+    image = ctx.sem.image(w.store)
+    for r in range(ctx.runs):
+        state, run, pos = image.runs[r], f"run-{r}", w.store.position(r)
+        if state.status != ACTIVE:
+            cmd = Cmd("AcceptInput", arg="in-forged")
+            yield (r, f"AcceptInput({run}, in-forged) to the ended Run",
+                   ids.derive_input_command_id(run, "in-forged"), cmd, -1, True)
+            yield (r, f"CancelRun({run}) to the ended Run", f"{CANCEL_PREFIX}again:{run}",
+                   Cmd("CancelRun"), -1, True)
+            continue
+        cur = state.current
+        if cur == OPEN:
+            for base, how in ((pos + 1, "ahead"), (pos - 1, "behind")):
+                if base >= 0:
+                    cid, step = prepare_ids(r, base)
+                    yield (r, f"Prepare({run}, base={base}: {how} of {pos})", cid,
+                           Cmd("Prepare", step, arg=(base, state.pending)), base, False)
+        elif isinstance(cur, ModelStep):
+            if cur.status != EXECUTING:
+                effect = model_effect(r, cur.id, cur.rejects + 1)
+                yield (r, f"StartModel({name(cur.id)}, wrong effect {name(effect)})",
+                       ids.derive_start_command_id(effect),
+                       Cmd("StartModel", cur.id, "", effect), pos, False)
+                other = prepare_ids(r, pos + 1)[1]
+                effect = model_effect(r, other, 0)
+                yield (r, f"StartModel(not-current step {name(other)})",
+                       ids.derive_start_command_id(effect),
+                       Cmd("StartModel", other, "", effect), pos, False)
+            else:
+                effect = model_effect(r, cur.id, cur.rejects + 1)
+                yield (r, f"SubmitModelResult({name(cur.id)}, foreign effect {name(effect)})",
+                       ids.derive_settlement_command_id(effect),
+                       Cmd("SubmitModelResult", cur.id, "", effect, "text"), pos, False)
+        elif isinstance(cur, ToolStep):
+            for call in cur.calls:
+                if call.status == PENDING:
+                    effect = tool_effect(r, cur.id, call.id, 1)
+                    yield (r, f"StartToolCall({name(call.id)}, attempt 1 {name(effect)})",
+                           ids.derive_start_command_id(effect),
+                           Cmd("StartToolCall", cur.id, call.id, effect), pos, False)
+                elif call.status == EXECUTING:
+                    for other in cur.calls:
+                        if other.id != call.id:
+                            effect = tool_effect(r, cur.id, other.id)
+                            yield (r, f"SubmitToolResult({name(call.id)}, foreign effect "
+                                      f"{name(effect)})", ids.derive_settlement_command_id(effect),
+                                   Cmd("SubmitToolResult", cur.id, call.id, effect), pos, False)
+                            break
+            missing = call_id(cur.source, len(cur.calls))
+            effect = tool_effect(r, cur.id, missing)
+            yield (r, f"StartToolCall(no such call {name(missing)})",
+                   ids.derive_start_command_id(effect),
+                   Cmd("StartToolCall", cur.id, missing, effect), pos, False)
+
+
+def _forged_moves(ctx: Ctx, w: World) -> Iterator[Move]:
+    """The adversary (``ctx.adversarial``): forged commands through the current writer, as
+    a buggy or hostile client sends them, and the semantics' own forgeries (hand-built
+    envelopes, mismatched ToolSpecs, facts fed to the fold; ``Semantics.forged``).
+
+    A correct store refuses each and writes nothing (a self-loop); one that appends leaves
+    ghost ``ADV-1`` (or ``ADV-2`` for a fold that accepts an illegal fact). A forged command
+    to an ended Run must be refused ``terminal``. A refused forgery is explored like any
+    other move, so the refusal kinds it reaches show in the labels."""
+    if not any(x.alive and x.epoch == w.store.epoch and x.phase != "fenced" for x in w.owners):
+        return
+    for r, what, cid, cmd, base, ended in _forged_commands(ctx, w):
+        w2, status = _commit(ctx, w, r, cid, cmd, w.store.epoch, "forged", base)
+        if status == "accepted" or (ended and status not in ("terminal", "already_applied")):
+            w2 = w2.with_ghost(f"ADV-1: forged {what} answered {status}")
+        yield f"adversary: {what} -> {status}", w2
+    yield from ctx.sem.forged(ctx, w)
+
+
 def moves(ctx: Ctx, w: World) -> Iterator[Move]:
     """Every enabled move of every actor, as ``(label, next_world)``."""
     for o in range(len(w.owners)):
@@ -468,6 +574,8 @@ def moves(ctx: Ctx, w: World) -> Iterator[Move]:
     yield from _executor_moves(ctx, w)
     yield from _env_moves(ctx, w)
     yield from _user_moves(ctx, w)
+    if ctx.adversarial:
+        yield from _forged_moves(ctx, w)
 
 
 def initial_world(ctx: Ctx, crashes: int, takeovers: int, duplicates: int) -> World:

@@ -11,6 +11,7 @@ answers the same questions with the real ``runx_actors.protocol`` (its ``core`` 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ._state import (
@@ -64,6 +65,11 @@ class Semantics(Protocol):
     def executing(self, store: Any, r: int) -> tuple[str, ...]:
         """recovery_targets (§2.10) of the projection: EffectIDs EXECUTING in Run ``r``."""
 
+    def forged(self, ctx: Any, w: World) -> Iterator[tuple[str, World]]:
+        """The adversary's forgeries only this semantics can express (hand-built
+        envelopes, real bodies, facts fed to the fold), as moves ``(label, next_world)``;
+        one that is not refused leaves ghost ``ADV-1`` / ``ADV-2``."""
+
 
 def plan(r: int, state: RunState, base: int) -> Cmd | None:
     """The loop's next command on a snapshot at RunPosition ``base`` (§2.9)."""
@@ -115,6 +121,11 @@ class ReferenceSemantics:
 
     def executing(self, store: Store, r: int) -> tuple[str, ...]:
         return executing_targets(store.runs[r])
+
+    def forged(self, ctx: Any, w: World) -> Iterator[tuple[str, World]]:
+        """None: abstract commands have no envelope or bodies to forge, and this fold
+        checks nothing (its guards are the invariants' log walk)."""
+        return iter(())
 
 
 REFERENCE = ReferenceSemantics()

@@ -110,6 +110,7 @@ class ReferenceConfig:
     failures: bool = False  # model: provider failure; tool: KNOWN and UNKNOWN failures
     cancel: bool = False  # the user may cancel the Run at any time
     stale_reads: bool = False  # the loop may commit from a snapshot older than the store
+    adversarial: bool = False  # an adversary sends forged commands (``_moves._forged_moves``)
 
 
 class ReferenceModel:
@@ -128,7 +129,8 @@ class ReferenceModel:
                        max_prepares=get("max_prepares"), approvals=bool(get("approvals")),
                        malformed=bool(get("malformed")), failures=bool(get("failures")),
                        cancel=bool(get("cancel")), stale_reads=bool(get("stale_reads")),
-                       bugs=frozenset({variant}) if variant else frozenset(), sem=REFERENCE)
+                       bugs=frozenset({variant}) if variant else frozenset(), sem=REFERENCE,
+                       adversarial=bool(get("adversarial")))
         self._budgets = (get("crashes"), get("takeovers"), get("duplicates"))
         self.variant = variant
         self.name = "reference" + (f"[{variant}]" if variant else "")

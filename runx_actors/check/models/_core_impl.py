@@ -24,10 +24,19 @@ from typing import Any
 
 import attrs
 
+from ...protocol import _decide
 from ...protocol import commands as C
 from ...protocol import facts as F
 from ...protocol._evolve import evolve
-from ...protocol.commit import Append, CommitDecision, CommitRequest, Snapshot, evaluate_commit
+from ...protocol.commit import (
+    Append,
+    CommitDecision,
+    CommitRequest,
+    Snapshot,
+    evaluate_commit,
+    expected_command_ids,
+    fold_run,
+)
 from ...protocol.digests import digest_tool_output
 from ...protocol.errors import RunTerminalError, StaleRuntimeError
 from ...protocol.plan import (
@@ -49,11 +58,13 @@ from ...protocol.values import (
     ToolCallStatus,
     ToolFailureOutcome,
 )
+from ._mutants import mutant_function, mutant_module, rebind
 
-__all__ = ["Impl", "CORRECT", "VARIANTS", "EXPECTED", "impl_for"]
+__all__ = ["Impl", "CORRECT", "VARIANTS", "EXPECTED", "MUTANT_VARIANTS", "impl_for"]
 
 Evaluate = Callable[[Any, CommitRequest], CommitDecision]
 Plan = Callable[[MachineState], Action]
+Fold = Callable[..., MachineState]
 
 
 @attrs.frozen
@@ -66,6 +77,8 @@ class Impl:
     check_epoch: bool = True
     reapply_replays: bool = False
     shell_bugs: frozenset[str] = frozenset()
+    fold: Fold = fold_run
+    """The authoritative read (``fold_run``); the adversary's foreign log goes through it."""
 
 
 CORRECT = Impl()
@@ -202,6 +215,110 @@ def _plan_ignoring_inputs(state: MachineState) -> Action:
     return action
 
 
+# --------------------------------------------------------------------------- mutants
+# Single-edit mutants of the shipped source (``_mutants``): the bugs of issue 13 that the
+# test suite and the checker's old environment missed.
+
+_COMMIT = "runx_actors.protocol.commit"
+_DECIDE = "runx_actors.protocol._decide"
+_EVOLVE = "runx_actors.protocol._evolve"
+
+_EXECUTING_CHECK = (
+    "    if call.status is not ToolCallStatus.EXECUTING:\n"
+    '        raise _refuse(fact, f"call is {call.status.value}, not executing")\n'
+    "    if fact.effect != call.effect:\n"
+    '        raise _refuse(fact, "effect is not the running one")\n'
+    "    new = attrs.evolve(\n"
+    "        call, status=ToolCallStatus.COMPLETED")
+_TOOLSPEC_CHECK = (
+    "    for spec, definition in zip(c.tools, c.request.tools):\n"
+    "        if spec.name != definition.name:\n"
+    '            raise _refuse(c, f"tool spec {spec.name!r} does not name its definition", '
+    "state)\n"
+    "        if spec.definition_digest != digest_tool_definition(definition):\n"
+    '            raise _refuse(c, f"definition digest of {spec.name!r} does not match", state)\n')
+
+
+def _evaluate_with_decide(handler: tuple[type[Any], Any], func: str,
+                          edits: tuple[tuple[str, str], ...]) -> Evaluate:
+    """``evaluate_commit`` over a ``decide`` whose table entry *handler* is the mutant of
+    ``_decide.<func>``."""
+    table = {**_decide.DECIDE_TABLE, handler: mutant_function(_DECIDE, func, edits)}
+    evaluate: Evaluate = rebind(evaluate_commit,
+                                decide=rebind(_decide.decide, DECIDE_TABLE=table))
+    return evaluate
+
+
+def _commit_mutant(old: str, new: str) -> Evaluate:
+    evaluate: Evaluate = mutant_function(_COMMIT, "evaluate_commit", ((old, new),))
+    return evaluate
+
+
+def _prepare_cas_behind_only() -> Impl:
+    return Impl("prepare_cas_behind_only", evaluate=_commit_mutant(
+        "if request.base != snap.position:", "if request.base < snap.position:"))
+
+
+def _complete_non_executing() -> Impl:
+    edit = (_EXECUTING_CHECK, _EXECUTING_CHECK.split("\n", 2)[2])
+    evolve_ = mutant_module(_EVOLVE, (edit,)).evolve
+    return Impl("complete_non_executing", evaluate=rebind(evaluate_commit, evolve=evolve_),
+                fold=rebind(fold_run, evolve=evolve_))
+
+
+def _input_id_first_only() -> Impl:
+    derive = mutant_function("runx_actors.protocol.ids", "derive_input_command_id", ((
+        "return derive(NS_INPUT_COMMAND, run_id, *input_ids)",
+        "return derive(NS_INPUT_COMMAND, run_id, *input_ids[:1])"),))
+    expected = rebind(expected_command_ids, derive_input_command_id=derive)
+    return Impl("input_id_first_only",
+                evaluate=rebind(evaluate_commit, expected_command_ids=expected))
+
+
+def _toolspec_unchecked() -> Impl:
+    return Impl("toolspec_unchecked", evaluate=_evaluate_with_decide(
+        (C.PrepareModelRequest, _decide.Phase.OPEN), "_prepare", ((_TOOLSPEC_CHECK, ""),)))
+
+
+def _envelope_type_and() -> Impl:
+    check = "if type(command) not in C.COMMAND_TYPES {} env.type != type(command).WIRE_NAME:"
+    return Impl("envelope_type_and",
+                evaluate=_commit_mutant(check.format("or"), check.format("and")))
+
+
+def _empty_command_id() -> Impl:
+    return Impl("empty_command_id", evaluate=_commit_mutant(
+        "if not run_id or not env.id or (snap.state.run_id != run_id):",
+        "if not run_id or (snap.state.run_id != run_id):"))
+
+
+def _input_missing_digest() -> Impl:
+    return Impl("input_missing_digest", evaluate=_evaluate_with_decide(
+        (C.AcceptInput, _decide.Phase.ANY), "_accept_input", ((
+            "if any(not i.id or not i.digest for i in c.inputs):",
+            "if any(not i.id for i in c.inputs):"),)))
+
+
+def _terminal_before_replay() -> Impl:
+    return Impl("terminal_before_replay", evaluate=_commit_mutant(
+        "    if env.id:\n        replay = view.replay_facts(env.id, run_id)",
+        "    if env.id and view.active(run_id) is not None:\n"
+        "        replay = view.replay_facts(env.id, run_id)"))
+
+
+#: name -> builder of the mutant implementations (built on first use).
+_MUTANTS: dict[str, Callable[[], Impl]] = {
+    "prepare_cas_behind_only": _prepare_cas_behind_only,
+    "complete_non_executing": _complete_non_executing,
+    "input_id_first_only": _input_id_first_only,
+    "toolspec_unchecked": _toolspec_unchecked,
+    "envelope_type_and": _envelope_type_and,
+    "empty_command_id": _empty_command_id,
+    "input_missing_digest": _input_missing_digest,
+    "terminal_before_replay": _terminal_before_replay,
+}
+
+
 # --------------------------------------------------------------------------- variants
 
 _IMPLS: dict[str, Impl] = {
@@ -241,6 +358,22 @@ VARIANTS: dict[str, str] = {
                          "the second StartToolCall under the next attempt's effect",
     "start_despite_inputs": "plan_next starts a PREPARED model step although inputs are "
                             "pending, instead of withdrawing it",
+    # single-edit mutants of the shipped source (issue 13)
+    "prepare_cas_behind_only": "evaluate_commit's Prepare CAS refuses only bases behind the "
+                               "position (`<` for `!=`): a base ahead is accepted",
+    "complete_non_executing": "evolve folds ToolCallCompleted onto a call that is not "
+                              "EXECUTING (PENDING, or already FAILED)",
+    "input_id_first_only": "derive_input_command_id hashes only the first input of a batch "
+                           "(as evaluate_commit's derived-id check uses it)",
+    "toolspec_unchecked": "decide's Prepare skips the ToolSpec name / definition-digest "
+                          "check",
+    "envelope_type_and": "evaluate_commit's envelope type check is weakened (`or` -> `and`): "
+                         "a type naming another command passes",
+    "empty_command_id": "evaluate_commit accepts an empty command id in a hand-built envelope",
+    "input_missing_digest": "decide's AcceptInput lets an input without a digest through "
+                            "(the caller gets EvolveError instead of the refusal)",
+    "terminal_before_replay": "evaluate_commit skips the replay lookup for an ended Run: the "
+                              "resubmission of a known command id is refused terminal",
 }
 
 #: The invariant that catches each variant first (BFS, with the configs of the tests).
@@ -254,7 +387,20 @@ EXPECTED: dict[str, str] = {
     "late_outcome_written": "INV-2",
     "double_tool_start": "INV-6",
     "start_despite_inputs": "INV-14",
+    "prepare_cas_behind_only": "ADV-1",
+    "complete_non_executing": "ADV-2",
+    "input_id_first_only": "ADV-1",
+    "toolspec_unchecked": "ADV-1",
+    "envelope_type_and": "ADV-1",
+    "empty_command_id": "ADV-1",
+    "input_missing_digest": "CORE-EVOLVE",
+    "terminal_before_replay": "INV-9.replay",
 }
+
+_BUILT: dict[str, Impl] = {}
+
+#: The broken variants of issue 13 (each a single-edit mutant of the shipped source).
+MUTANT_VARIANTS: tuple[str, ...] = tuple(_MUTANTS)
 
 
 def impl_for(variant: str | None) -> Impl:
@@ -265,6 +411,10 @@ def impl_for(variant: str | None) -> Impl:
     """
     if variant is None:
         return CORRECT
+    if variant in _MUTANTS:
+        if variant not in _BUILT:
+            _BUILT[variant] = _MUTANTS[variant]()
+        return _BUILT[variant]
     try:
         return _IMPLS[variant]
     except KeyError:

@@ -20,6 +20,7 @@ Every id the core derives is compared with the reference's derivation (ghost ``I
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 from ...protocol import commands as C
@@ -38,6 +39,7 @@ from ...protocol.state import MachineState, ModelStep, ToolStep
 from ...protocol.values import RunStatus, ToolCallStatus
 from . import _core_commands as cmds
 from . import _core_spec as spec
+from ._core_forged import forged_outcomes
 from ._core_impl import Impl
 from ._core_store import ACCEPTED, CoreStore, commit, initial_store, run_id
 from ._core_world import abstract_state, abstract_store
@@ -109,6 +111,13 @@ class CoreSemantics:
 
     def executing(self, store: CoreStore, r: int) -> tuple[str, ...]:
         return tuple(t.effect for t in recovery_targets(store.state(r)))
+
+    def forged(self, ctx: Any, w: Any) -> Iterator[tuple[str, Any]]:
+        """The core-only forgeries (``_core_forged``): hand-built envelopes, mismatched
+        ToolSpecs, bodies without digests, and facts no decide produced fed to the fold."""
+        for _, (label, _status, after, ghost) in forged_outcomes(self.impl, w.store):
+            w2 = w if after is None else spec.state.replace(w, store=after)
+            yield label, (w2.with_ghost(ghost) if ghost else w2)
 
 
 def _loaded(store: CoreStore, r: int, position: int) -> MachineState:

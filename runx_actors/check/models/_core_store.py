@@ -24,6 +24,7 @@ from ...protocol import facts as F
 from ...protocol._evolve import evolve
 from ...protocol.commit import (
     Append,
+    CommandEnvelope,
     CommitRequest,
     Replay,
     Snapshot,
@@ -37,6 +38,7 @@ from ...protocol.errors import (
     RunNotFoundError,
     RunTerminalError,
     StaleRuntimeError,
+    ValidationError,
 )
 from ...protocol.state import MachineState
 from ...protocol.values import AgentInput, NewRun, RunStatus
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
     from ._core_impl import Impl
 
 __all__ = ["CoreStore", "CoreView", "run_id", "run_index", "initial_store",
-           "commit", "evaluate_and_append", "ACCEPTED", "ALREADY", "OK"]
+           "commit", "evaluate_and_append", "evaluate_envelope", "ACCEPTED", "ALREADY", "OK"]
 
 ACCEPTED, ALREADY = "accepted", "already_applied"
 OK = (ACCEPTED, ALREADY)
@@ -190,15 +192,28 @@ def evaluate_and_append(impl: Impl, store: CoreStore, r: int, cid: str, command:
     """``ScopeLog.commit`` on a value: returns ``(store, status, ghost)``.
 
     status: ``"accepted"`` | ``"already_applied"`` | a refusal (``"fenced"``,
-    ``"terminal"``, ``"conflict"``, ``"stale"``, ``"internal"``); on a refusal the store is
+    ``"terminal"``, ``"conflict"``, ``"stale"``, ``"not_found"``, ``"invalid"``,
+    ``"internal"``); on a refusal the store is
     unchanged. ``ghost`` is a violation note for the model's invariants (``""`` if none):
     an ``EvolveError`` out of ``evaluate_commit`` means a decided fact did not fold, an
     internal bug (spec §4.3 step 10), and writes nothing, as in a real store.
     Pure: a function of its (immutable) arguments.
     """
+    return evaluate_envelope(impl, store, r, envelope(run_id(r), cid, command), epoch,
+                             origin, base)
+
+
+def evaluate_envelope(impl: Impl, store: CoreStore, r: int, env: CommandEnvelope, epoch: int,
+                      origin: str, base: int) -> tuple[CoreStore, str, str]:
+    """:func:`evaluate_and_append` of an envelope as given (the adversary hands in envelopes
+    built by hand: a type that names another command, empty or foreign ids). Besides the
+    statuses there, ``"not_found"`` (RunNotFoundError: the envelope names no Run of the
+    scope) and ``"invalid"`` (ValidationError). Run *r* receives the append."""
+    command = env.command
+    cid = env.id
     if impl.check_epoch and epoch != store.epoch:
         return store, "fenced", ""  # OwnershipLostError: checked first, as ScopeLog does
-    request = CommitRequest(base, envelope(run_id(r), cid, command))
+    request = CommitRequest(base, env)
     try:
         decision = impl.evaluate(CoreView(store), request)
     except RunTerminalError:
@@ -207,6 +222,10 @@ def evaluate_and_append(impl: Impl, store: CoreStore, r: int, cid: str, command:
         return store, "conflict", ""
     except StaleRuntimeError:
         return store, "stale", ""
+    except RunNotFoundError:
+        return store, "not_found", ""
+    except ValidationError:
+        return store, "invalid", ""
     except EvolveError as exc:
         return store, "internal", f"CORE-EVOLVE: {type(command).__name__} decided facts " \
                                   f"that do not fold ({exc.message})"

@@ -64,6 +64,7 @@ class CoreConfig:
     failures: bool = False
     cancel: bool = False
     stale_reads: bool = False
+    adversarial: bool = False
 
 
 def _ghost(prefix: str) -> Callable[[Any], str | None]:
@@ -115,7 +116,8 @@ class CoreModel(ModelBase):
             max_prepares=get("max_prepares"), approvals=bool(get("approvals")),
             malformed=bool(get("malformed")), failures=bool(get("failures")),
             cancel=bool(get("cancel")), stale_reads=bool(get("stale_reads")),
-            bugs=self.impl.shell_bugs, sem=CoreSemantics(self.impl))
+            bugs=self.impl.shell_bugs, sem=CoreSemantics(self.impl),
+            adversarial=bool(get("adversarial")))
         self._budgets = (get("crashes"), get("takeovers"), get("duplicates"))
         self.name = "core" + (f"[{variant}]" if variant else "")
         self._invariants = (
