@@ -78,7 +78,7 @@ def bfs(ctx: SearchContext) -> Outcome:
         expanded += 1
         if not expanded & TICK_MASK and ctx.tick(count, transitions, depth, len(frontier) + 1):
             return outcome(depth + (next_level > 0), StopReason.TIME_LIMIT)
-        before = transitions
+        moved = False  # some action leads to another state (a self-loop is no progress)
         try:
             successors = actions(state)
             if depth == max_depth:  # not followed: only whether any exists matters
@@ -90,6 +90,8 @@ def bfs(ctx: SearchContext) -> Outcome:
                     transitions += 1
                     try:
                         key = nxt if keyfn is None else keyfn(nxt)
+                        if check_deadlock and not moved and key != skey:
+                            moved = True
                         if key in seen:
                             continue
                     except Exception as exc:
@@ -117,12 +119,13 @@ def bfs(ctx: SearchContext) -> Outcome:
         except Exception as exc:
             trace = _trace_or_none(ctx, seen, skey, None, None)
             raise ctx.fault("actions", state, trace, exc) from exc
-        if check_deadlock and transitions == before:
+        if check_deadlock and not moved and ctx.is_deadlock(state, None):
             trace = _rebuild(ctx, seen, skey, None, None)
             violation = Violation(
                 invariant=DEADLOCK,
-                message="no action is enabled",
-                description="every reachable state has an enabled action",
+                message="no action leads to another state, and the model does not call "
+                        "this state final",
+                description="every reachable state that is not final can move on",
                 trace=trace,
             )
             return outcome(depth + (next_level > 0), StopReason.VIOLATION, violation)

@@ -56,11 +56,19 @@ def dfs(ctx: SearchContext) -> Outcome:
             steps.append(TraceStep(label, last))
         return Trace(path[0], steps)
 
+    def stuck(state: Any, key: Hashable, successors: list[tuple[str, Any]]) -> bool:
+        """No action leads to another state and the model does not call it final."""
+        for _, nxt in successors:
+            if (nxt if keyfn is None else keyfn(nxt)) != key:
+                return False
+        return ctx.is_deadlock(state, None)
+
     def deadlock(trace: Trace) -> Outcome:
         violation = Violation(
             invariant=DEADLOCK,
-            message="no action is enabled",
-            description="every reachable state has an enabled action",
+            message="no action leads to another state, and the model does not call this "
+                    "state final",
+            description="every reachable state that is not final can move on",
             trace=trace,
         )
         return outcome(StopReason.VIOLATION, violation)
@@ -87,9 +95,9 @@ def dfs(ctx: SearchContext) -> Outcome:
             successors = list(actions(root))
         except Exception as exc:
             raise ctx.fault("actions", root, Trace(root), exc) from exc
+        if check_deadlock and stuck(root, key, successors):
+            return deadlock(Trace(root))
         if not successors:
-            if check_deadlock:
-                return deadlock(Trace(root))
             continue
         if max_depth == 0:
             truncated = True
@@ -144,9 +152,9 @@ def dfs(ctx: SearchContext) -> Outcome:
                 successors = list(actions(nxt))
             except Exception as exc:
                 raise ctx.fault("actions", nxt, trace_to(label, nxt), exc) from exc
+            if check_deadlock and known is None and stuck(nxt, key, successors):
+                return deadlock(trace_to(label, nxt))
             if not successors:
-                if check_deadlock and known is None:
-                    return deadlock(trace_to(label, nxt))
                 continue
             if depth == max_depth:
                 truncated = True

@@ -10,19 +10,24 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 from types import TracebackType
+from typing import TextIO
 
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from ._result import ProgressSnapshot
 
-__all__ = ["ProgressCallback", "RichProgress", "REPORT_INTERVAL_S", "progress_sink"]
+__all__ = ["ProgressCallback", "RichProgress", "LineProgress", "REPORT_INTERVAL_S",
+           "LINE_INTERVAL_S", "progress_sink"]
 
 ProgressCallback = Callable[[ProgressSnapshot], None]
 """Receives a snapshot of a running search; must be cheap and must not raise."""
 
 REPORT_INTERVAL_S = 0.25
 """Minimum seconds between two progress reports."""
+
+LINE_INTERVAL_S = 5.0
+"""Seconds between two plain progress lines (stderr not a terminal: CI logs)."""
 
 
 class RichProgress:
@@ -71,20 +76,46 @@ class RichProgress:
         self._progress.update(self._task, counters=counters, refresh=True)
 
 
+class LineProgress:
+    """Plain progress lines on a stream (default stderr), one every *interval* seconds of
+    search time: what a CI log shows while a long check runs. A ``ProgressCallback``."""
+
+    def __init__(self, title: str, *, stream: TextIO | None = None,
+                 interval: float = LINE_INTERVAL_S) -> None:
+        self._title = title
+        self._stream = stream
+        self._interval = interval
+        self._next = interval
+
+    def __call__(self, snapshot: ProgressSnapshot) -> None:
+        if snapshot.elapsed_s < self._next:
+            return
+        self._next = snapshot.elapsed_s + self._interval
+        stream = self._stream if self._stream is not None else sys.stderr
+        print(f"{self._title}: {snapshot.elapsed_s:.0f} s  {snapshot.distinct_states:,} "
+              f"states  {snapshot.transitions:,} transitions  depth {snapshot.depth}  "
+              f"pending {snapshot.pending:,}  {snapshot.states_per_s:,.0f} states/s",
+              file=stream, flush=True)
+
+
 @contextlib.contextmanager
 def progress_sink(
     progress: bool | ProgressCallback | None, title: str
 ) -> Iterator[ProgressCallback | None]:
     """Resolve the ``progress`` argument of ``check_model`` to a callback (or ``None``).
 
-    ``None``: a ``RichProgress`` when stderr is a terminal, else nothing. ``True``: always a
-    ``RichProgress``. ``False``: nothing. A callable: that callable.
+    ``None``: a ``RichProgress`` when stderr is a terminal, else a ``LineProgress`` (a
+    plain line every ``LINE_INTERVAL_S`` seconds). ``True``: always a ``RichProgress``.
+    ``False``: nothing. A callable: that callable.
     """
     if callable(progress):
         yield progress
         return
     if progress is None:
-        progress = _stderr_is_terminal()
+        if not _stderr_is_terminal():
+            yield LineProgress(title)
+            return
+        progress = True
     if not progress:
         yield None
         return

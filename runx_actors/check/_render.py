@@ -86,8 +86,26 @@ def _fmt(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _clip(text: str, width: int | None) -> str:
+    if width is None or len(text) <= width:
+        return text
+    return text[: width - 1] + "…"
+
+
+#: A list whose one-line JSON is longer than this prints one item per line.
+_LIST_INLINE = 100
+
+
+def _field(indent: str, key: str, value: Any, width: int | None) -> list[str]:
+    """``key = value`` lines. A long list (a log, the runs) prints one item per line, so
+    its last item (the newest log entry) is always a line of its own, never clipped off."""
+    text = _fmt(value)
+    if isinstance(value, list) and value and len(text) > _LIST_INLINE:
+        lines = [f"{indent}{key} = ["]
+        lines.extend(_clip(f"{indent}    {_fmt(item)}", width) for item in value)
+        lines.append(f"{indent}  ]")
+        return lines
+    return [_clip(f"{indent}{key} = {text}", width)]
 
 
 def render_text(
@@ -95,13 +113,15 @@ def render_text(
     describe: Describe | None = None,
     *,
     violation: Violation | None = None,
-    width: int = 160,
+    width: int | None = None,
 ) -> str:
     """Numbered steps, one label each, with the fields of the state that changed.
 
     Step 0 is the initial state (all fields); each later step lists only the fields whose
     summary differs from the previous state's; the final state is repeated in full at the
-    end. Lines are clipped to *width* characters. With *violation*, a header names it.
+    end. Nothing is clipped unless *width* (characters per line) is given; a long list
+    field prints one item per line, so the newest entry of a log is always visible. With
+    *violation*, a header names it.
     """
     describe = describe or _default_describe
     lines: list[str] = []
@@ -112,7 +132,8 @@ def render_text(
     lines.append(f"Trace ({len(trace)} step{'s' if len(trace) != 1 else ''}):")
     previous = _summary(describe, trace.initial)
     lines.append("  0. initial state")
-    lines.extend(_clip(f"       {k} = {_fmt(v)}", width) for k, v in previous.items())
+    for k, v in previous.items():
+        lines.extend(_field("       ", k, v, width))
     digits = len(str(len(trace)))
     for index, (label, state) in enumerate(trace.steps, start=1):
         current = _summary(describe, state)
@@ -120,16 +141,16 @@ def render_text(
         changed = [k for k, v in current.items() if previous.get(k, _MISSING) != v]
         removed = [k for k in previous if k not in current]
         for key in changed:
-            lines.append(_clip(f"       {key} = {_fmt(current[key])}", width))
+            lines.extend(_field("       ", key, current[key], width))
         lines.extend(f"       {key} removed" for key in removed)
         if not changed and not removed:
             lines.append("       (no visible change)")
         previous = current
     if trace.steps:
         lines.append("Final state:")
-        lines.extend(_clip(f"    {k} = {_fmt(v)}", width) for k, v in previous.items())
+        for k, v in previous.items():
+            lines.extend(_field("    ", k, v, width))
     return "\n".join(lines) + "\n"
-
 
 
 def render_json(trace: Trace, describe: Describe | None = None) -> dict[str, Any]:

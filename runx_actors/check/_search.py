@@ -57,6 +57,7 @@ class SearchContext:
 
     __slots__ = (
         "check_deadlock",
+        "final",
         "deadline",
         "invariants",
         "keyfn",
@@ -97,6 +98,8 @@ class SearchContext:
         self.max_states = sys.maxsize if max_states is None else max_states
         self.max_depth = max_depth
         self.check_deadlock = check_deadlock
+        final = getattr(model, "is_final", None)
+        self.final: Callable[[Any], bool] | None = final if callable(final) else None
         self.report = report
         self.start = time.perf_counter()
         self.deadline = math.inf if time_limit is None else self.start + time_limit
@@ -120,6 +123,17 @@ class SearchContext:
             if message is not None:
                 return invariant, message
         return None
+
+    def is_deadlock(self, state: Any, trace: Trace | None) -> bool:
+        """A state whose every action leads back to itself (or that has none) is a
+        deadlock unless the model says it is final (``is_final``: an ended Run, one
+        waiting for an answer from outside the system)."""
+        if self.final is None:
+            return True
+        try:
+            return not self.final(state)
+        except Exception as exc:
+            raise self.fault("is_final", state, trace, exc) from exc
 
     def violation(self, invariant: Invariant, message: str, trace: Trace) -> Violation:
         """The violation of *invariant* at ``trace.final``.

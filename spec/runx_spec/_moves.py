@@ -43,7 +43,8 @@ from ._state import (
 )
 from ._store import CANCEL_PREFIX
 
-__all__ = ["Ctx", "OWNERS", "moves", "view", "view_position", "initial_world", "canonical"]
+__all__ = ["Ctx", "OWNERS", "moves", "view", "view_position", "initial_world", "canonical",
+           "is_final"]
 
 Move = tuple[str, World]
 OWNERS = ("owner1", "owner2")
@@ -214,7 +215,7 @@ def _plan_moves(ctx: Ctx, w: World, o: int, r: int) -> Iterator[Move]:
     me = OWNERS[o]
     base = view_position(w, o, r)
     cmd = ctx.sem.plan(w.store, r, base)
-    if cmd is None:
+    if cmd is None or (cmd.kind == "StartToolCall" and "loop_skips_tool_calls" in ctx.bugs):
         return
     if cmd.kind == "Prepare":
         prepared = sum(f.kind == "ModelStepPrepared" for f in _stream(ctx, w, r))
@@ -585,6 +586,32 @@ def initial_world(ctx: Ctx, crashes: int, takeovers: int, duplicates: int) -> Wo
     owner1 = Owner(epoch=1, alive=True, phase="drive", views=views)
     return World(store=store, owners=(owner1, Owner()), recs=(), inflight=(), crashes=crashes,
                  takeovers=takeovers, duplicates=duplicates, inputs_sent=(0,) * ctx.runs)
+
+
+def is_final(ctx: Ctx, w: World) -> bool:
+    """A state without progress that is not a deadlock: every Run has ended, or waits for
+    something outside the system — an application answer (a WAITING call), an Outcome
+    owed for an EXECUTING effect (lost to a fault the bounded budget cannot repair: the
+    Reconciler's requeue, D-15, is outside the model), or, at Open, the model's bound on
+    prepares (``max_prepares``). A live Run with none of these that cannot move is stuck."""
+    image = ctx.sem.image(w.store)
+    for r in range(ctx.runs):
+        state = image.runs[r]
+        if state.status != ACTIVE:
+            continue
+        cur = state.current
+        if cur == OPEN:
+            prepared = sum(f.kind == "ModelStepPrepared" for f in image.streams[r])
+            if prepared >= ctx.max_prepares:
+                continue
+            return False
+        if isinstance(cur, ModelStep) and cur.status == EXECUTING:
+            continue
+        if isinstance(cur, ToolStep) and any(c.status in (WAITING, EXECUTING)
+                                             for c in cur.calls):
+            continue
+        return False
+    return True
 
 
 def canonical(w: World) -> World:

@@ -35,7 +35,7 @@ from typing import Any
 import attrs
 
 from ._invariants import INVARIANT_IDS, INVARIANT_NOTES, INVARIANTS, Invariant
-from ._moves import OWNERS, Ctx, canonical, initial_world, moves
+from ._moves import OWNERS, Ctx, canonical, initial_world, is_final, moves
 from ._semantics import REFERENCE
 from ._state import Commit, Fact, ModelStep, ToolStep, World, name
 
@@ -73,6 +73,8 @@ VARIANTS: dict[str, str] = {
                               "won the race",
     "dispatch_before_start": "the loop dispatches an effect even when its start commit was "
                              "refused (not durable)",
+    "loop_skips_tool_calls": "the loop never starts a PENDING tool call (the Run stalls: "
+                             "found only by --check-deadlock)",
 }
 
 #: The invariant that catches each variant first (in BFS order, with the test configs).
@@ -80,7 +82,7 @@ EXPECTED: dict[str, str] = {
     "double_tool_start": "EXEC-1",
     "restart_replay_never": "EXEC-1",
     "settle_foreign_effect": "INV-5",
-    "replay_redecides": "INV-9",
+    "replay_redecides": "INV-9.replay",
     "replay_reapplies": "INV-40",
     "no_epoch_check": "INV-28",
     "shared_epoch": "INV-27",
@@ -90,6 +92,7 @@ EXPECTED: dict[str, str] = {
     "dispose_orphaned": "INV-30",
     "abort_overrides_accept": "INV-31",
     "dispatch_before_start": "INV-24",
+    "loop_skips_tool_calls": "DEADLOCK",
 }
 
 
@@ -154,6 +157,12 @@ class ReferenceModel:
     def describe(self, state: Hashable) -> dict[str, Any]:
         assert isinstance(state, World)
         return describe(state)
+
+    def is_final(self, state: Hashable) -> bool:
+        """Not a deadlock when nothing can move (``_moves.is_final``): Runs ended or
+        waiting for the outside world."""
+        assert isinstance(state, World)
+        return is_final(self.ctx, state)
 
 
 def _step(cur: Any) -> Any:

@@ -334,6 +334,8 @@ _IMPLS: dict[str, Impl] = {
     "double_tool_start": Impl("double_tool_start", evaluate=_evaluate_restart,
                               plan=_plan_restarting_executing),
     "start_despite_inputs": Impl("start_despite_inputs", plan=_plan_ignoring_inputs),
+    "loop_skips_tool_calls": Impl("loop_skips_tool_calls",
+                                  shell_bugs=frozenset({"loop_skips_tool_calls"})),
 }
 
 #: Broken variants of the core: name → the one defect it switches on.
@@ -358,6 +360,8 @@ VARIANTS: dict[str, str] = {
                          "the second StartToolCall under the next attempt's effect",
     "start_despite_inputs": "plan_next starts a PREPARED model step although inputs are "
                             "pending, instead of withdrawing it",
+    "loop_skips_tool_calls": "the loop never starts a PENDING tool call (the Run stalls: "
+                             "found only by --check-deadlock)",
     # single-edit mutants of the shipped source (issue 13)
     "prepare_cas_behind_only": "evaluate_commit's Prepare CAS refuses only bases behind the "
                                "position (`<` for `!=`): a base ahead is accepted",
@@ -378,7 +382,7 @@ VARIANTS: dict[str, str] = {
 
 #: The invariant that catches each variant first (BFS, with the configs of the tests).
 EXPECTED: dict[str, str] = {
-    "replay_redecides": "INV-9",
+    "replay_redecides": "INV-9.replay",
     "replay_reapplies": "INV-40",
     "no_epoch_check": "INV-28",
     "shared_epoch": "INV-27",
@@ -387,6 +391,7 @@ EXPECTED: dict[str, str] = {
     "late_outcome_written": "INV-2",
     "double_tool_start": "INV-6",
     "start_despite_inputs": "INV-14",
+    "loop_skips_tool_calls": "DEADLOCK",
     "prepare_cas_behind_only": "ADV-1",
     "complete_non_executing": "ADV-2",
     "input_id_first_only": "ADV-1",

@@ -150,6 +150,13 @@ class CoreModel(ModelBase):
         assert isinstance(state, spec.state.World)
         return describe(state)
 
+    def is_final(self, state: Any) -> bool:
+        """The reference's notion (``runx_spec._moves.is_final``) on the image of the
+        state: Runs ended or waiting for the outside world are not a deadlock."""
+        assert isinstance(state, spec.state.World)
+        final: bool = spec.moves.is_final(self.ctx, state)
+        return final
+
 
 def _step(cur: Any) -> Any:
     if cur is None:
