@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from runx_spec import _ids as ids
 from runx_spec import _invariants as spec_invariants
 from runx_spec import _state as spec_state
 from runx_spec import _store as spec_store
@@ -27,7 +28,6 @@ from runx_actors.check.models._core_commands import agent_input
 from runx_actors.check.models._core_world import abstract_fact, abstract_state
 from runx_actors.protocol import commands as C
 from runx_actors.protocol import facts as F
-from runx_actors.protocol import ids
 from runx_actors.protocol.values import RunReason, RunStoppedEnd
 
 __all__ = ["ids_report", "to_reference_cmd", "ReferenceScope", "abstract_fact",

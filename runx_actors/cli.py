@@ -1,8 +1,11 @@
 """The ``runx-actors`` command line.
 
-``check`` — exit codes (sysexits-style): 0 success; 1 a check found a counterexample; 64
-usage error (bad option, unknown model or variant, model not importable yet); 70 the
-model's own code raised while being checked.
+``check`` — exit codes (sysexits-style): 0 success (the search was complete); 1 a check
+found a counterexample; 3 incomplete (a time, depth or state limit stopped the search
+before it had seen every state, and no violation was found); 64 usage error (bad option,
+a refused ``--config`` file, unknown model or variant, model not importable yet); 70 the
+model's own code raised while being checked. The option handling (profiles, the TOML file,
+one flag per configuration field) is ``runx_actors.check._cli``.
 
 The loop host's commands (``demo``, ``skill``, ``resume``, ``harness``, ``verify``) live in
 ``runx_actors.host.cli_commands`` and follow loop-host §9.1: 0 sealed/ok, 1 failure or
@@ -23,6 +26,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, cast
 
 import attrs
@@ -31,8 +35,8 @@ from rich.console import Console
 from rich.table import Table
 
 from .check import (
-    CheckConfig,
     CheckResult,
+    ConfigFileError,
     ModelCodeError,
     ModelNotFoundError,
     Strategy,
@@ -42,20 +46,22 @@ from .check import (
     render_json,
     render_text,
     render_trace,
+    resolve_config,
     result_to_dict,
 )
 from .check import models as check_models
+from .check._cli import config_options
 
-__all__ = ["main", "check", "EX_OK", "EX_VIOLATION", "EX_USAGE", "EX_SOFTWARE", "DEBUG_ENV"]
+__all__ = ["main", "check", "EX_OK", "EX_VIOLATION", "EX_INCOMPLETE", "EX_USAGE",
+           "EX_SOFTWARE", "DEBUG_ENV"]
 
 EX_OK = 0
 EX_VIOLATION = 1
+EX_INCOMPLETE = 3
 EX_USAGE = 64
 EX_SOFTWARE = 70
 #: Set to 1 to print the traceback of an error (as ``--debug`` does).
 DEBUG_ENV = "RUNX_ACTORS_DEBUG"
-
-_DEFAULTS = CheckConfig()
 
 
 #: The loop host's commands (loop-host §9), imported on first use so that importing this
@@ -168,26 +174,18 @@ def main() -> None:
     show_default=True,
     help="Which model: the spec's reference machine or the real protocol core.",
 )
-@click.option("--runs", type=click.IntRange(min=1), default=_DEFAULTS.runs, show_default=True,
-              help="Runs created.")
-@click.option("--calls", type=click.IntRange(min=0), default=_DEFAULTS.calls, show_default=True,
-              help="Tool calls per tool step.")
-@click.option("--crashes", type=click.IntRange(min=0), default=_DEFAULTS.crashes,
-              show_default=True, help="Runtime crashes the environment may inject.")
-@click.option("--takeovers", type=click.IntRange(min=0), default=_DEFAULTS.takeovers,
-              show_default=True, help="Session takeovers the environment may inject.")
-@click.option("--duplicates", type=click.IntRange(min=0), default=_DEFAULTS.duplicates,
-              show_default=True, help="Duplicate or late outcomes the environment may inject.")
+@config_options
 @click.option("--strategy", type=click.Choice([s.value for s in Strategy]), default="bfs",
               show_default=True, help="bfs finds a shortest counterexample.")
 @click.option("--max-states", type=click.IntRange(min=1), default=None,
-              help="Stop after N distinct states (result marked incomplete).")
+              help="Stop after N distinct states (incomplete: exit 3).")
 @click.option("--max-depth", type=click.IntRange(min=0), default=None,
               help="Do not follow actions from states N steps deep (incomplete if any).")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Stop after this many seconds (incomplete).")
 @click.option("--check-deadlock", is_flag=True,
-              help="Report reachable states without enabled actions.")
+              help="Report reachable states that cannot move on and are not final (an "
+                   "ended Run, or one waiting for an answer from outside, is final).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("--trace-format", type=click.Choice(["text", "json", "mermaid"]), default="text",
               show_default=True, help="How to print a counterexample (without --json).")
@@ -197,11 +195,8 @@ def main() -> None:
 def check(
     *,
     model_name: str,
-    runs: int,
-    calls: int,
-    crashes: int,
-    takeovers: int,
-    duplicates: int,
+    profile: str | None,
+    config_file: Path | None,
     strategy: str,
     max_states: int | None,
     max_depth: int | None,
@@ -211,25 +206,27 @@ def check(
     trace_format: str,
     variant: str | None,
     no_progress: bool,
+    **knobs: Any,
 ) -> int:
     """Model-check a model in a bounded configuration.
 
-    Prints statistics, or the counterexample when an invariant fails. Exits 0 when every
-    invariant holds in every explored state (see "complete" for whether a bound cut the
-    exploration short), 1 with the shortest counterexample when one fails, 64 on usage
-    errors, 70 when the model's own code raised.
+    Without options it runs the ``default`` profile (inputs, approvals, cancel, failures,
+    forged commands, one crash and one takeover). Prints statistics, or the counterexample
+    when an invariant fails. Exits 0 when every invariant holds in every reachable state,
+    1 with the shortest counterexample when one fails, 3 when a bound (time, depth,
+    states) cut the search short without a violation, 64 on usage errors, 70 when the
+    model's own code raised.
     """
-    config = CheckConfig(
-        runs=runs, calls=calls, crashes=crashes, takeovers=takeovers, duplicates=duplicates
-    )
     try:
+        profile_name, config = resolve_config(profile, config_file, knobs)
         model = check_models.load_model(model_name, config, variant)
-    except (ModelNotFoundError, UnknownVariantError) as exc:
+    except (ConfigFileError, ModelNotFoundError, UnknownVariantError) as exc:
         raise click.UsageError(exc.message) from exc
     describe = getattr(model, "describe", None)
     header = {
         "model": model_name,
         "variant": variant,
+        "profile": profile_name,
         "config": attrs.asdict(config),
     }
     try:
@@ -256,7 +253,9 @@ def check(
         # a JSON or Mermaid trace owns stdout (so it can be piped); the table goes to stderr
         to_stderr = result.violation is not None and fmt != "text"
         _print_stats(result, header, invariants=len(model.invariants()), stderr=to_stderr)
-    return EX_OK if result.ok else EX_VIOLATION
+    if not result.ok:
+        return EX_VIOLATION
+    return EX_OK if result.stats.complete else EX_INCOMPLETE
 
 
 def _print_stats(
@@ -266,6 +265,7 @@ def _print_stats(
     stats = result.stats
     config = ", ".join(f"{k}={v}" for k, v in header["config"].items())
     title = f"{result.model}" + (f" (variant {header['variant']})" if header["variant"] else "")
+    title += f", profile {header['profile']}"
     table = Table(title=f"model check: {title}", show_header=False)
     table.add_column("statistic", style="bold")
     table.add_column("value", justify="right")
@@ -287,8 +287,9 @@ def _print_stats(
         console.print(f"[bold green]OK[/]: {held} in all {stats.distinct_states:,} states")
     else:
         console.print(
-            f"[bold yellow]OK (incomplete)[/]: no violation among the explored states; "
-            f"exploration stopped at {reason}"
+            f"[bold yellow]INCOMPLETE[/]: no violation among the "
+            f"{stats.distinct_states:,} explored states, but the search stopped at {reason} "
+            f"before seeing every state (exit {EX_INCOMPLETE})"
         )
 
 

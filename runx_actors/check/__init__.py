@@ -10,8 +10,12 @@ are built by ``runx_actors.check.models.load_model``.
 import types as _types
 
 from ._checker import check_model as check_model
+from ._cli import DEFAULT_PROFILE as DEFAULT_PROFILE
+from ._cli import PROFILES as PROFILES
+from ._cli import resolve_config as resolve_config
 from ._config import CheckConfig as CheckConfig
 from ._errors import CheckError as CheckError
+from ._errors import ConfigFileError as ConfigFileError
 from ._errors import ModelCodeError as ModelCodeError
 from ._errors import ModelNotFoundError as ModelNotFoundError
 from ._errors import TraceReplayError as TraceReplayError
@@ -19,6 +23,7 @@ from ._errors import UnknownVariantError as UnknownVariantError
 from ._model import Invariant as Invariant
 from ._model import Model as Model
 from ._model import ModelBase as ModelBase
+from ._progress import LineProgress as LineProgress
 from ._progress import ProgressCallback as ProgressCallback
 from ._progress import RichProgress as RichProgress
 from ._render import Describe as Describe
@@ -44,7 +49,11 @@ from ._trace import TraceStep as TraceStep
 __all__ = [
     "check_model",
     "CheckConfig",
+    "DEFAULT_PROFILE",
+    "PROFILES",
+    "resolve_config",
     "CheckError",
+    "ConfigFileError",
     "ModelCodeError",
     "ModelNotFoundError",
     "TraceReplayError",
@@ -52,6 +61,7 @@ __all__ = [
     "Invariant",
     "Model",
     "ModelBase",
+    "LineProgress",
     "ProgressCallback",
     "RichProgress",
     "Describe",

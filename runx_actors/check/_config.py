@@ -17,12 +17,20 @@ def _at_least(minimum: int) -> Any:
     return validate
 
 
+def _flag(instance: Any, attribute: attrs.Attribute[bool], value: bool) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{attribute.name} must be true or false, got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class CheckConfig:
-    """How many of each thing a model may create; the model's state space grows with each.
+    """How many of each thing a model may create, and which behaviours it includes; the
+    model's state space grows with each.
 
-    All counts are integers; ``runs`` is at least 1, the others at least 0.
-    Raises ``ValueError`` on a count out of range.
+    Counts are integers (``runs`` and ``max_prepares`` at least 1, the others at least 0);
+    switches are booleans. These defaults are the bare environment; the CLI's profiles
+    (``runx_actors.check.PROFILES``) switch more on. Raises ``ValueError`` on a count out
+    of range or a switch that is not a bool.
     """
 
     runs: int = attrs.field(default=1, validator=_at_least(1))
@@ -35,3 +43,21 @@ class CheckConfig:
     """Session takeovers by a second runtime (epoch bumps)."""
     duplicates: int = attrs.field(default=1, validator=_at_least(0))
     """Duplicated or late outcome deliveries the environment may inject."""
+    inputs: int = attrs.field(default=0, validator=_at_least(0))
+    """Inputs the user adds to each Run while it is active."""
+    max_prepares: int = attrs.field(default=1, validator=_at_least(1))
+    """Model steps prepared per Run (withdrawn and recovered ones included)."""
+    approvals: bool = attrs.field(default=False, validator=_flag)
+    """Call 1 of a tool step needs an approval (the user approves or rejects)."""
+    malformed: bool = attrs.field(default=False, validator=_flag)
+    """The first attempt of a model step may answer a malformed result."""
+    failures: bool = attrs.field(default=False, validator=_flag)
+    """Provider failures of the model, KNOWN and UNKNOWN failures of tools."""
+    cancel: bool = attrs.field(default=False, validator=_flag)
+    """The user may cancel a Run at any time."""
+    stale_reads: bool = attrs.field(default=False, validator=_flag)
+    """The loop may commit from a snapshot older than the store."""
+    adversarial: bool = attrs.field(default=False, validator=_flag)
+    """An adversary sends forged commands (stale and future bases, wrong and foreign ids,
+    mismatched ToolSpecs, hand-built envelopes, commands to ended Runs) and feeds the fold
+    facts no decide produced; each must be refused."""

@@ -14,6 +14,7 @@ __all__ = [
     "UnknownVariantError",
     "ModelCodeError",
     "TraceReplayError",
+    "ConfigFileError",
 ]
 
 
@@ -46,3 +47,9 @@ class TraceReplayError(CheckError):
     """A counterexample could not be rebuilt by replaying the model: ``actions`` is not
     deterministic, or (compact mode) two states shared a 64-bit hash. ``.step`` is the
     index of the step that could not be reproduced."""
+
+
+class ConfigFileError(CheckError):
+    """A ``check --config`` file was refused: unreadable, too large, not TOML, an unknown
+    key or a value of the wrong type or out of range. ``.path`` names the file, ``.key``
+    the offending key (``None`` when it is the file as a whole). CLI exit code 64."""

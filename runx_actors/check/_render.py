@@ -254,9 +254,11 @@ def violation_to_dict(violation: Violation, describe: Describe | None = None) ->
 
 
 def result_to_dict(result: CheckResult, describe: Describe | None = None) -> dict[str, Any]:
-    """``{"ok", "model", "strategy", "stats": {...}, "violation": {...} | None}``."""
+    """``{"ok", "complete", "model", "strategy", "stats": {...}, "violation": {...} | None}``
+    (``complete`` false: a bound stopped the search before it saw every state)."""
     return {
         "ok": result.ok,
+        "complete": result.stats.complete,
         "model": result.model,
         "strategy": result.strategy.value,
         "stats": stats_to_dict(result.stats),

@@ -57,8 +57,8 @@ class SearchContext:
 
     __slots__ = (
         "check_deadlock",
-        "final",
         "deadline",
+        "final",
         "invariants",
         "keyfn",
         "max_depth",

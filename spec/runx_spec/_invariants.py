@@ -12,8 +12,7 @@ from collections.abc import Callable
 
 import attrs
 
-from runx_actors.protocol import ids
-
+from . import _ids as ids
 from ._state import (
     ACTIVE,
     EFFECTS,

@@ -17,8 +17,7 @@ from typing import Any
 
 import attrs
 
-from runx_actors.protocol import ids
-
+from . import _ids as ids
 from ._semantics import Semantics
 from ._state import (
     ACTIVE,

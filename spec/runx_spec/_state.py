@@ -3,7 +3,7 @@
 Everything is a frozen attrs value or a tuple, so a whole world state is hashable. Bodies
 (requests, results, outputs) are abstracted away: a fact keeps only its kind, the step,
 call and effect it names and a small ``arg`` tag. Identities are the real derived ids of
-``runx_actors.protocol.ids``; :data:`NAMES` maps each one to a short readable label.
+``_ids`` (the spec's own derivation); :data:`NAMES` maps each one to a short readable label.
 
 ``evolve`` is the *meaning* of a fact (spec §2.6 "fold effect"); it checks nothing. The
 guards of §2.7 live in ``decide`` (who may write) and in the invariants (what was written).
@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from runx_actors.protocol import ids
+from . import _ids as ids
 
 __all__ = [
     "ACTIVE", "STOPPED", "COMPLETED", "FAILED_RUN",

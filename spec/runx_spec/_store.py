@@ -7,8 +7,7 @@ A command is refused with :class:`Refused` (reason "stale", "conflict", "termina
 
 from __future__ import annotations
 
-from runx_actors.protocol import ids
-
+from . import _ids as ids
 from ._state import (
     ACTIVE,
     EXECUTING,

@@ -5,7 +5,8 @@ Small, obviously correct Python that a model checker explores exhaustively: one 
 execution records, a user, and an environment that crashes owners and workers, takes over,
 loses, duplicates, delays and reorders Outcomes, and answers dispatch with accepted /
 retryable / unknown. Bodies are abstracted to tags; identities are the real derived ids
-(``runx_actors.protocol.ids``, the only code shared with ``runx_actors``).
+(derived by ``_ids``, the spec's own implementation of §3.2; the reference imports nothing
+from ``runx_actors``'s protocol).
 
 Layout: ``_state`` (values and the fold), ``_store`` (decide and commit), ``_semantics``
 (the Run semantics the moves drive: this machine's own, built from those two), ``_moves``

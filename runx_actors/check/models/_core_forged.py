@@ -70,11 +70,11 @@ def _envelopes(run: str) -> tuple[tuple[str, CommandEnvelope], ...]:
     """Hand-built envelopes for an active Run *run* (each must be refused)."""
     accept = C.AcceptInput((cmds.agent_input("in-typed"),))
     cancel = C.CancelRun("cancelled")
-    first_only = cmds.derive_input_command_id(run, "in-a")
+    first_only: str = spec.ids.derive_input_command_id(run, "in-a")
     return (
         ("envelope type cancel_run on an AcceptInput",
          CommandEnvelope(C.CancelRun.WIRE_NAME, run,
-                         cmds.derive_input_command_id(run, "in-typed"), accept)),
+                         spec.ids.derive_input_command_id(run, "in-typed"), accept)),
         ("CancelRun under an empty command id",
          CommandEnvelope(C.CancelRun.WIRE_NAME, run, "", cancel)),
         ("CancelRun to an empty Run id",
@@ -83,7 +83,7 @@ def _envelopes(run: str) -> tuple[tuple[str, CommandEnvelope], ...]:
          CommandEnvelope(C.CancelRun.WIRE_NAME, "run-99", "cancel:forged", cancel)),
         ("AcceptInput of an input without a digest",
          CommandEnvelope(C.AcceptInput.WIRE_NAME, run,
-                         cmds.derive_input_command_id(run, "in-nodigest"),
+                         spec.ids.derive_input_command_id(run, "in-nodigest"),
                          C.AcceptInput((AgentInput("in-nodigest", ""),)))),
         ("AcceptInput of [in-a, in-b] under the id of [in-a]",
          CommandEnvelope(C.AcceptInput.WIRE_NAME, run, first_only,

@@ -8,8 +8,9 @@ registries filled by the reference's id helpers (``prepare_ids``, ``model_effect
 invariants read, and the invariant table itself. It never uses the reference's Run
 semantics (its ``decide``, ``commit``, ``evolve`` or planner) to drive the core.
 
-The dependency points one way: the reference imports nothing from ``runx_actors`` but the
-identity derivation (architecture §7). The reference is plain Python outside the strictly
+The dependency points one way: the reference imports nothing from ``runx_actors``'s
+protocol; it derives identities with its own implementation (``runx_spec._ids``). The
+reference is plain Python outside the strictly
 typed package (it is not installed as a typed distribution), so it is loaded by name and
 typed ``Any`` here: this is the one place the core model touches it.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["state", "moves", "invariants", "reference", "name"]
+__all__ = ["state", "moves", "invariants", "reference", "ids", "name"]
 
 state: Any = importlib.import_module("runx_spec._state")
 """``runx_spec._state``: values, id helpers and the name registry."""
@@ -27,6 +28,9 @@ moves: Any = importlib.import_module("runx_spec._moves")
 """``runx_spec._moves``: the environment (``Ctx``, ``moves``, ``initial_world``, …)."""
 invariants: Any = importlib.import_module("runx_spec._invariants")
 """``runx_spec._invariants``: ``INVARIANTS`` (the checks the core model reuses)."""
+ids: Any = importlib.import_module("runx_spec._ids")
+"""``runx_spec._ids``: the spec's own identity derivation (the independent oracle: the
+core model never derives an *expected* id with ``runx_actors.protocol.ids``)."""
 reference: Any = importlib.import_module("runx_spec.reference")
 """``runx_spec.reference``: ``ReferenceConfig`` (the default bounds) and
 ``describe_environment`` (trace summaries)."""
