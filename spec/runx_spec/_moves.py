@@ -491,7 +491,9 @@ def _forged_commands(ctx: Ctx, w: World) -> Iterator[tuple[int, str, str, Cmd, i
       current; a model settlement under a foreign effect;
     * a tool start under attempt 1 (not sequence 0), a start of a call the step does not
       have, a tool settlement under another call's effect;
-    * to an ended Run: a fresh AcceptInput and a CancelRun under a new id.
+    * an AcceptInput under the id derived for another input (a non-derived id);
+    * to an ended Run: a fresh AcceptInput and a CancelRun under a new id, and the
+      resubmission of the CancelRun that ended it (which must replay, not be refused).
     """
     image = ctx.sem.image(w.store)
     for r in range(ctx.runs):
@@ -502,7 +504,13 @@ def _forged_commands(ctx: Ctx, w: World) -> Iterator[tuple[int, str, str, Cmd, i
                    ids.derive_input_command_id(run, "in-forged"), cmd, -1, True)
             yield (r, f"CancelRun({run}) to the ended Run", f"{CANCEL_PREFIX}again:{run}",
                    Cmd("CancelRun"), -1, True)
+            if CANCEL_PREFIX + run in w.store.cids:  # a resubmission: it must replay
+                yield (r, f"CancelRun({run}) resubmitted after the end", CANCEL_PREFIX + run,
+                       Cmd("CancelRun"), -1, True)
             continue
+        yield (r, f"AcceptInput({run}, in-forged) under the id of in-other",
+               ids.derive_input_command_id(run, "in-other"), Cmd("AcceptInput", arg="in-forged"),
+               -1, False)
         cur = state.current
         if cur == OPEN:
             for base, how in ((pos + 1, "ahead"), (pos - 1, "behind")):

@@ -64,7 +64,9 @@ class CoreSemantics:
                base: int) -> tuple[Any, str]:
         core_cid, command, ids_note = build_command(run_id(r), cid, cmd, ctx.calls,
                                                     ctx.approvals, origin == "reconcile")
-        if ids_note:
+        if origin == "forged":  # the adversary's id is wrong on purpose: it is sent as is
+            core_cid = cid
+        elif ids_note:
             w = w.with_ghost(ids_note)
         store, status, ghost = commit(self.impl, w.store, r, core_cid, command, epoch, origin,
                                       base)
