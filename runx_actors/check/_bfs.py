@@ -28,6 +28,7 @@ def bfs(ctx: SearchContext) -> Outcome:
     actions = ctx.model.actions
     keyfn = ctx.keyfn
     invariants = ctx.invariants
+    fast = ctx.fast
     max_states = ctx.max_states
     max_depth = -1 if ctx.max_depth is None else ctx.max_depth
     check_deadlock = ctx.check_deadlock
@@ -101,6 +102,20 @@ def bfs(ctx: SearchContext) -> Outcome:
                         return outcome(depth + (next_level > 0), StopReason.MAX_STATES)
                     seen[key] = skey
                     count += 1
+                    if fast is not None:
+                        try:
+                            found = fast(nxt)
+                        except Exception as exc:
+                            trace = _trace_or_none(ctx, seen, skey, label, nxt)
+                            raise ctx.fault("invariants (first_violation)", nxt, trace,
+                                            exc) from exc
+                        if found is not None:
+                            trace = _rebuild(ctx, seen, skey, label, nxt)
+                            violation = ctx.violation(*found, trace)
+                            return outcome(depth + 1, StopReason.VIOLATION, violation)
+                        frontier.append((nxt, key))
+                        next_level += 1
+                        continue
                     for invariant in invariants:
                         try:
                             message = invariant.check(nxt)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterator
 from typing import Any
 
+from ._errors import ModelCodeError
 from ._result import DEADLOCK, StopReason, Violation
 from ._search import TICK_MASK, Outcome, SearchContext
 from ._trace import Trace, TraceStep
@@ -27,7 +28,6 @@ def dfs(ctx: SearchContext) -> Outcome:
     """Explore depth-first. Raises ``ModelCodeError`` when the model's code raises."""
     actions = ctx.model.actions
     keyfn = ctx.keyfn
-    invariants = ctx.invariants
     max_states = ctx.max_states
     bounded = ctx.max_depth is not None
     max_depth = ctx.max_depth if ctx.max_depth is not None else -1
@@ -132,19 +132,17 @@ def dfs(ctx: SearchContext) -> Outcome:
                 if count >= max_states:
                     return outcome(StopReason.MAX_STATES)
                 count += 1
-                for invariant in invariants:
-                    try:
-                        message = invariant.check(nxt)
-                    except Exception as exc:
-                        where = f"invariant {invariant.name}"
-                        raise ctx.fault(where, nxt, trace_to(label, nxt), exc) from exc
-                    if message is not None:
-                        if depth > deepest:
-                            deepest = depth
-                        trace = trace_to(label, nxt)
-                        return outcome(
-                            StopReason.VIOLATION, ctx.violation(invariant, message, trace)
-                        )
+                try:
+                    found = ctx.first_violation(nxt, None)
+                except ModelCodeError as exc:  # again, with the trace (built only now)
+                    cause = exc.__cause__ if exc.__cause__ is not None else exc
+                    where = str(getattr(exc, "where", "invariants"))
+                    raise ctx.fault(where, nxt, trace_to(label, nxt), cause) from cause
+                if found is not None:
+                    if depth > deepest:
+                        deepest = depth
+                    trace = trace_to(label, nxt)
+                    return outcome(StopReason.VIOLATION, ctx.violation(*found, trace))
             seen[key] = depth if bounded else 0
             if depth > deepest:
                 deepest = depth

@@ -58,6 +58,7 @@ class SearchContext:
     __slots__ = (
         "check_deadlock",
         "deadline",
+        "fast",
         "final",
         "invariants",
         "keyfn",
@@ -98,6 +99,9 @@ class SearchContext:
         self.max_states = sys.maxsize if max_states is None else max_states
         self.max_depth = max_depth
         self.check_deadlock = check_deadlock
+        fast = getattr(model, "first_violation", None)
+        self.fast: Callable[[Any], tuple[Invariant, str] | None] | None = (
+            fast if callable(fast) else None)
         final = getattr(model, "is_final", None)
         self.final: Callable[[Any], bool] | None = final if callable(final) else None
         self.report = report
@@ -115,6 +119,11 @@ class SearchContext:
 
         Raises ``ModelCodeError`` (carrying *trace*) when an invariant raises.
         """
+        if self.fast is not None:
+            try:
+                return self.fast(state)
+            except Exception as exc:
+                raise self.fault("invariants (first_violation)", state, trace, exc) from exc
         for invariant in self.invariants:
             try:
                 message = invariant.check(state)

@@ -37,7 +37,8 @@ from ._state import (
     tool_step_id,
 )
 
-__all__ = ["Invariant", "INVARIANTS", "INVARIANT_IDS", "INVARIANT_NOTES"]
+__all__ = ["Invariant", "INVARIANTS", "INVARIANT_IDS", "INVARIANT_NOTES", "STORE_ONLY",
+           "WORLD_INVARIANTS", "store_verdict", "first_violation"]
 
 
 @attrs.frozen
@@ -361,3 +362,39 @@ _TABLE: list[tuple[str, str, Callable[[World], str | None], str]] = [
 INVARIANTS: tuple[Invariant, ...] = tuple(Invariant(n, d, c) for n, d, c, _ in _TABLE)
 INVARIANT_IDS: list[str] = [n for n, *_ in _TABLE]
 INVARIANT_NOTES: dict[str, str] = {n: note for n, _, _, note in _TABLE}
+
+#: Invariants that read only the store's log (``_from_log``): their verdict is computed once
+#: per store (:func:`store_verdict`), however many worlds share it.
+STORE_ONLY: frozenset[str] = frozenset(n for n, _, c, _ in _TABLE
+                                       if getattr(c, "__qualname__", "").startswith("_from_log"))
+_GHOSTLY = frozenset(n for n, _, c, _ in _TABLE
+                     if getattr(c, "__qualname__", "").startswith("_ghost"))
+#: The rest: the executor's records and the owners (cheap, checked on every state).
+WORLD_INVARIANTS: tuple[Invariant, ...] = tuple(
+    i for i in INVARIANTS if i.name not in STORE_ONLY and i.name not in _GHOSTLY)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def store_verdict(store: Store) -> dict[str, str]:
+    """The violated store-only invariants of *store* (name -> message; usually empty)."""
+    report = _log_report(store)
+    return {n: report[n] for n in INVARIANT_IDS if n in STORE_ONLY and n in report}
+
+
+def first_violation(w: World) -> tuple[Invariant, str] | None:
+    """The first invariant of :data:`INVARIANTS` (in table order) *w* violates, and its
+    message — what checking every invariant in turn gives, incrementally: the store's
+    verdict is cached per store (most moves do not touch the store), ghosts are looked at
+    only when there are some, and otherwise only :data:`WORLD_INVARIANTS` run."""
+    bad = store_verdict(w.store)
+    if not bad and not w.ghosts:
+        for inv in WORLD_INVARIANTS:
+            message = inv.check(w)
+            if message is not None:
+                return inv, message
+        return None
+    for inv in INVARIANTS:
+        message = bad.get(inv.name) if inv.name in STORE_ONLY else inv.check(w)
+        if message is not None:
+            return inv, message
+    return None

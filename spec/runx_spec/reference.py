@@ -35,7 +35,7 @@ from typing import Any
 
 import attrs
 
-from ._invariants import INVARIANT_IDS, INVARIANT_NOTES, INVARIANTS, Invariant
+from ._invariants import INVARIANT_IDS, INVARIANT_NOTES, INVARIANTS, Invariant, first_violation
 from ._moves import OWNERS, Ctx, canonical, initial_world, is_final, moves
 from ._semantics import REFERENCE
 from ._state import Commit, Fact, ModelStep, ToolStep, World, name
@@ -148,6 +148,12 @@ class ReferenceModel:
 
     def invariants(self) -> Sequence[Invariant]:
         return INVARIANTS
+
+    def first_violation(self, state: Hashable) -> tuple[Invariant, str] | None:
+        """What checking :meth:`invariants` in order gives, incrementally
+        (``_invariants.first_violation``: the store's verdict cached per store)."""
+        assert isinstance(state, World)
+        return first_violation(state)
 
     def canonical(self, state: Hashable) -> Hashable:
         """``_moves.canonical`` (a fenced idle writer is an OwnershipLostError'd one) —

@@ -25,6 +25,7 @@ derivation), ``INV-40.record`` (``fold_run`` of the log equals the projection),
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
@@ -37,7 +38,7 @@ from . import _core_spec as spec
 from ._core_impl import EXPECTED, VARIANTS, impl_for
 from ._core_semantics import CoreSemantics
 from ._core_world import IMAGE_CACHE as _world_cache
-from ._core_world import abstract_world, record_report, state_report
+from ._core_world import abstract_store, abstract_world, record_report, state_report
 
 __all__ = ["CoreConfig", "CoreModel", "VARIANTS", "EXPECTED", "CORE_INVARIANTS",
            "build_model", "describe"]
@@ -97,6 +98,22 @@ CORE_INVARIANTS: tuple[Invariant, ...] = (
 )
 
 
+#: Core invariants read from the store alone (cached per store by :func:`_store_verdict`).
+_STORE_ONLY: frozenset[str] = frozenset({*spec.invariants.STORE_ONLY, "INV-40.record",
+                                         "INV-3.state"})
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _store_verdict(store: Any) -> dict[str, str]:
+    """The violated store-only invariants of a core store (name -> message)."""
+    bad: dict[str, str] = dict(spec.invariants.store_verdict(abstract_store(store)))
+    for name_, report in (("INV-40.record", record_report(store)),
+                          ("INV-3.state", state_report(store))):
+        if report is not None:
+            bad[name_] = report
+    return bad
+
+
 class CoreModel(ModelBase):
     """The real core as a ``runx_actors.check`` Model."""
 
@@ -125,6 +142,9 @@ class CoreModel(ModelBase):
               for inv in spec.invariants.INVARIANTS),
             *CORE_INVARIANTS,
         )
+        by_name = {inv.name: inv for inv in self._invariants}
+        self._world = tuple((by_name[inv.name], inv.check)
+                            for inv in spec.invariants.WORLD_INVARIANTS)
 
     def initial_states(self) -> Iterable[Hashable]:
         return [spec.moves.initial_world(self.ctx, *self._budgets)]
@@ -135,6 +155,26 @@ class CoreModel(ModelBase):
 
     def invariants(self) -> Sequence[Invariant]:
         return self._invariants
+
+    def first_violation(self, state: Hashable) -> tuple[Invariant, str] | None:
+        """What checking :meth:`invariants` in order gives, incrementally: the verdict of
+        the store-only checks (the reference's log walk on the image, ``INV-40.record``,
+        ``INV-3.state``) is cached per store, ghosts are read only when there are some,
+        and otherwise only the executor and owner invariants run (on the image)."""
+        assert isinstance(state, spec.state.World)
+        bad = _store_verdict(state.store)
+        if not bad and not state.ghosts:
+            image = abstract_world(state)
+            for inv, world_check in self._world:
+                message = world_check(image)
+                if message is not None:
+                    return inv, message
+            return None
+        for inv in self._invariants:
+            message = bad.get(inv.name) if inv.name in _STORE_ONLY else inv.check(state)
+            if message is not None:
+                return inv, message
+        return None
 
     def canonical(self, state: Hashable) -> Hashable:
         """The reference's one exact reduction (``runx_spec._moves.canonical``: a fenced
