@@ -192,6 +192,10 @@ def main() -> None:
 @click.option("--variant", default=None, metavar="NAME",
               help="Check a deliberately broken variant of the model (a demonstration).")
 @click.option("--no-progress", is_flag=True, help="No progress display on stderr.")
+@click.option("--exact/--compact", default=False, show_default=True,
+              help="Deduplicate on the states themselves, or (--compact, the default) on "
+                   "64-bit fingerprints of them: faster and smaller; a collision would "
+                   "merge two states, about n**2 / 2**65 likely for n states.")
 def check(
     *,
     model_name: str,
@@ -206,6 +210,7 @@ def check(
     trace_format: str,
     variant: str | None,
     no_progress: bool,
+    exact: bool,
     **knobs: Any,
 ) -> int:
     """Model-check a model in a bounded configuration.
@@ -237,6 +242,7 @@ def check(
             max_depth=max_depth,
             time_limit=time_limit,
             check_deadlock=check_deadlock,
+            compact=not exact,
             progress=False if no_progress else None,
         )
     except ModelCodeError as exc:
