@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from runx_actors.check import PROFILES, check_model
-from runx_actors.check.models import load_model
 from runx_actors.check.models import core as core_model
+from runx_actors.check.models import load_model
 from runx_actors.check.models._core_impl import MUTANT_VARIANTS
 from runx_actors.check.models._mutants import MutantError, mutant_function
 

@@ -105,14 +105,16 @@ def test_ok_json(fake_registry: None) -> None:
     assert data["violation"] is None
 
 
-def test_incomplete_is_still_ok_but_says_so(fake_registry: None) -> None:
+def test_incomplete_exits_3_and_says_so(fake_registry: None) -> None:
+    """A search a bound cut short is not a pass: its own exit code (3, EX_INCOMPLETE)."""
     code, out, _ = _run("--json", "--max-states", "3")
-    assert code == 0
+    assert code == cli.EX_INCOMPLETE == 3
     data = json.loads(out)
+    assert data["complete"] is False and data["ok"] is True
     assert data["stats"]["complete"] is False
     assert data["stats"]["stop_reason"] == "max_states"
     code, out, _ = _run("--max-states", "3")
-    assert code == 0 and "incomplete" in out
+    assert code == 3 and "INCOMPLETE" in out and "max_states" in out
 
 
 # --- exit 1 ----------------------------------------------------------------------------------
