@@ -4,8 +4,10 @@
 
 Runs ``check_model`` on synthetic models (tuple states; frozen attrs states with symmetry
 reduction) and on the registered models (``reference``, ``core``) that are importable,
-at the default ``CheckConfig`` and a larger one, and prints one table. Not a test: nothing
-here asserts a time.
+in the bare ``CheckConfig()``, the ``default`` profile and the bare one with three calls
+(64-bit fingerprints, as the CLI), and prints one table with wall and CPU time (on a
+loaded machine states per CPU-second is the figure to compare). Not a test: nothing here
+asserts a time.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from runx_actors.check import (
+    PROFILES,
     CheckConfig,
     CheckError,
     CheckResult,
@@ -106,25 +109,35 @@ class Mutex(ModelBase):
 
 # --- the run -------------------------------------------------------------------------------
 
-LARGER = CheckConfig(runs=1, calls=3, crashes=2, takeovers=1, duplicates=2)
+#: The registered models' configurations: the bare environment (``CheckConfig()``), the
+#: ``default`` profile (what ``runx-actors check`` runs) and the bare one with three calls.
+CONFIGS: tuple[tuple[str, CheckConfig], ...] = (
+    ("bare", CheckConfig()),
+    ("profile default", PROFILES["default"]),
+    ("bare, calls=3", CheckConfig(calls=3)),
+)
+
+Case = tuple[str, Callable[[], Model[Any]], Strategy, bool]
 
 
-def _cases(quick: bool) -> list[tuple[str, Callable[[], Model[Any]], Strategy]]:
+def _cases(quick: bool) -> list[Case]:
+    """(title, build, strategy, compact). The registered models run as the CLI runs them:
+    BFS over 64-bit fingerprints."""
     grid, procs = (150, 10) if quick else (500, 14)
-    cases: list[tuple[str, Callable[[], Model[Any]], Strategy]] = []
+    cases: list[Case] = []
     for strategy in Strategy:
-        cases.append((f"grid n={grid}", lambda: Grid(grid), strategy))
-        cases.append((f"mutex n={procs}", lambda: Mutex(procs, symmetric=False), strategy))
-    cases.append((f"mutex n={procs} symmetric", lambda: Mutex(procs, symmetric=True), Strategy.BFS))
+        cases.append((f"grid n={grid}", lambda: Grid(grid), strategy, False))
+        cases.append((f"mutex n={procs}", lambda: Mutex(procs, symmetric=False), strategy,
+                      False))
+    cases.append((f"mutex n={procs} symmetric", lambda: Mutex(procs, symmetric=True),
+                  Strategy.BFS, False))
     for name in model_names():
-        for label, config in (("default", CheckConfig()), ("larger", LARGER)):
-            if quick and label == "larger":
-                continue
+        for label, config in CONFIGS if not quick else CONFIGS[:2]:
 
             def build(name: str = name, config: CheckConfig = config) -> Model[Any]:
                 return load_model(name, config, None)
 
-            cases.append((f"{name} ({label}: {_config(config)})", build, Strategy.BFS))
+            cases.append((f"{name} ({label})", build, Strategy.BFS, True))
     return cases
 
 
@@ -153,20 +166,22 @@ def main() -> None:
     notes: list[str] = []
     table = Table(title="runx_actors.check throughput")
     for column in ("model", "strategy", "distinct states", "transitions", "max depth",
-                   "time (s)", "states/s", "complete"):
+                   "time (s)", "CPU (s)", "states/s", "states/CPU-s", "complete"):
         table.add_column(column, justify="left" if column == "model" else "right")
-    for title, build, strategy in _cases(args.quick):
+    for title, build, strategy, compact in _cases(args.quick):
         try:
             model = build()
         except CheckError as exc:
             table.add_row(title, strategy.value, "[dim]skipped[/]")
             notes.append(f"{title}: {exc.message}")
             continue
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         result: CheckResult = check_model(
-            model, strategy=strategy, time_limit=args.time_limit, progress=None
+            model, strategy=strategy, time_limit=args.time_limit, progress=False,
+            compact=compact,
         )
         elapsed = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
         stats = result.stats
         table.add_row(
             title,
@@ -175,7 +190,9 @@ def main() -> None:
             f"{stats.transitions:,}",
             str(stats.max_depth),
             f"{elapsed:.2f}",
+            f"{cpu:.2f}",
             f"{stats.states_per_s:,.0f}",
+            f"{stats.distinct_states / cpu:,.0f}" if cpu > 0 else "-",
             _completeness(result),
         )
     console.print(table)

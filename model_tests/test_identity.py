@@ -138,3 +138,31 @@ def test_identity_machine_catches_one_based_positions() -> None:
     with pytest.raises(AssertionError,
                        match=r"ModelStepPrepared committed under|not derived from position"):
         run_state_machine_as_test(OneBasedIdentityMachine, settings=BROKEN)
+
+
+def test_the_oracle_derives_expected_ids_independently() -> None:
+    """The oracle (``_oracle``) and the reference machine derive every id they expect with
+    the spec's own implementation (``runx_spec._ids``), never with the code under test, and
+    that implementation agrees with ``runx_actors.protocol.ids`` (golden vector G1 of
+    ``tests/protocol`` and multi-part batches: a batch id covers every input)."""
+    import inspect
+
+    import _oracle
+    import runx_spec._ids as spec_ids
+    from runx_spec import _invariants, _moves, _state, _store
+
+    from runx_actors.protocol import ids as impl
+
+    for module in (_oracle, _invariants, _moves, _state, _store):
+        source = inspect.getsource(module)
+        assert "runx_actors.protocol import ids" not in source, module.__name__
+        assert "runx_actors.protocol.ids" not in source, module.__name__
+    assert spec_ids.derive_prepare_command_id("run-1", 7).startswith("7e42f750")
+    for parts in ((), ("in-a",), ("in-a", "in-b"), ("in-a", "in-b", "in-c")):
+        assert spec_ids.derive_input_command_id("run-1", *parts) == \
+            impl.derive_input_command_id("run-1", *parts)
+    assert spec_ids.derive_input_command_id("run-1", "in-a", "in-b") != \
+        spec_ids.derive_input_command_id("run-1", "in-a")
+    assert spec_ids.derive_effect_id("r", "s", "", 1) == impl.derive_effect_id("r", "s", "", 1)
+    assert spec_ids.derive_response_id("r", "s", "c", "approval") == \
+        impl.derive_response_id("r", "s", "c", "approval")
