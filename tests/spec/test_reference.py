@@ -105,7 +105,7 @@ def test_feature_configs_have_no_violation(config):
     assert states > 300
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("variant", sorted(v for v in VARIANTS if EXPECTED[v] != "DEADLOCK"))
 def test_variant_is_caught_with_a_short_trace(variant):
     name, msg, trace = bfs(build_model(SMALL, variant))
     assert name == EXPECTED[variant], (name, msg, trace)
@@ -146,7 +146,10 @@ def test_invariant_ids_cover_the_brief():
 
 
 def test_reference_imports_only_stdlib_attrs_and_ids():
-    allowed = {"__future__", "attrs", "collections", "collections.abc", "functools", "typing"}
+    """Nothing of runx_actors: even the ids are the spec's own derivation (``_ids``), so
+    the reference is an independent oracle for the implementation's identities."""
+    allowed = {"__future__", "attrs", "collections", "collections.abc", "functools", "typing",
+               "hashlib"}
     for path in SPEC_DIR.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
@@ -156,9 +159,7 @@ def test_reference_imports_only_stdlib_attrs_and_ids():
             else:
                 continue
             for mod in mods:
-                assert mod in allowed or mod == "runx_actors.protocol", (path.name, mod)
-            if isinstance(node, ast.ImportFrom) and node.module == "runx_actors.protocol":
-                assert [a.name for a in node.names] == ["ids"], path.name
+                assert mod in allowed, (path.name, mod)
 
 
 def test_ids_are_the_protocol_derivations():
