@@ -64,8 +64,8 @@ def test_every_refusal_kind_is_reached_by_some_move(name: str, wanted: set[str])
 
 
 def test_the_unmodified_models_refuse_every_forgery() -> None:
-    config = reference.ReferenceConfig(runs=1, calls=2, crashes=0, takeovers=1, duplicates=0,
-                                       inputs=0, approvals=True, cancel=True, failures=True,
+    config = reference.ReferenceConfig(runs=1, calls=2, crashes=0, takeovers=0, duplicates=0,
+                                       inputs=1, approvals=True, cancel=True, failures=True,
                                        adversarial=True)
     results = {name: check_model(load_model(name, config), progress=False)
                for name in ("reference", "core")}
