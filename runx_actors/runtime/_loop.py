@@ -282,6 +282,16 @@ class LoopContext:
             except Exception as exc:  # D-5: cannot prove nothing started
                 raise DispatchUnknownError(f"dispatch raised {exc!r}", dispatched=()) from exc
 
+    async def _validate(self, assignment: Any) -> Any:
+        """``executor.validate`` that never raises (RUN-ACT-1): an exception of the
+        executor (or of a tool's argument check inside it) refuses the Assignment with
+        ``invalid_arguments`` — nothing has started, so the refusal is KNOWN."""
+        try:
+            return await self.executor.validate(assignment)
+        except Exception as exc:
+            return effect.ToolFailure(FailureClass.INVALID_ARGUMENTS,
+                                      f"executor.validate raised {exc!r}")
+
     def _shield(self) -> _Settling:
         return _Settling(self.settings.settle_timeout)
 
@@ -298,10 +308,12 @@ class LoopContext:
             session=self.scope, run_id=self.run_id, step_id=step.id, call_id="", effect=eff,
             target=target, body=effect.ModelAssignment(
                 model=step.model, request_digest=step.request_digest, request=None))
-        failure = await self.executor.validate(assignment)
+        failure = await self._validate(assignment)
         if failure is not None:
-            raise ModelUnavailableError("the executor cannot serve this model",
-                                        failure=failure, model=step.model)
+            raise ModelUnavailableError(
+                f"the executor cannot serve model {step.model!r}: {failure.message} "
+                "(the prepared step froze this ref: fail or cancel the Run, or serve it)",
+                failure=failure, model=step.model)
         with self._shield():
             result = await self.commit(snapshot.position, derive_start_command_id(eff),
                                        C.StartModelExecution(step.id, eff))
@@ -394,7 +406,7 @@ class LoopContext:
             call_id=call.call_id, effect=eff, tool_ref=call.tool_ref,
             placement=call.placement))
         assignment = self._tool_assignment(step, call, eff, target)
-        failure = await self.executor.validate(attrs.evolve(assignment, effect=""))
+        failure = await self._validate(attrs.evolve(assignment, effect=""))
         if failure is not None:
             result = await self.commit(
                 latest.position, derive_decline_command_id(self.run_id, step.id, call.call_id),

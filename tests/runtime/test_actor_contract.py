@@ -1,0 +1,166 @@
+"""The actor contract (spec "The actor contract", RUN-ACT-1..8).
+
+Each test is named after the requirement it checks and was written to fail on the code
+before the fix it guards (issue 9). Time is trio's MockClock (``autojump_clock``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+from runtime_harness import (
+    MODEL,
+    RUN,
+    SCOPE,
+    Probe,
+    ProxyExecutor,
+    kinds,
+    of_type,
+    open_env,
+    probe_tool,
+    start,
+)
+
+from runx_actors import effect
+from runx_actors.executors import call_tools, open_local_executor, reply, tool_call
+from runx_actors.protocol import facts as F
+from runx_actors.protocol.values import (
+    FailureClass,
+    ModelRequest,
+    ModelResult,
+    RunStatus,
+    ToolFailureOutcome,
+)
+from runx_actors.runtime import Settings, open_runtime
+
+OTHER = "run-2"
+
+
+def _messages(request: ModelRequest) -> list[dict[str, Any]]:
+    return list(json.loads(request.body)["messages"])
+
+
+class RoutingModel:
+    """Answers by the Run's first user message: ``use:<tool>`` → call *tool* once, then
+    reply ``done``; anything else → reply at once. ``calls`` counts requests."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        await trio.lowlevel.checkpoint()
+        self.calls += 1
+        msgs = _messages(request)
+        if any(m["role"] == "tool" for m in msgs):
+            return reply("done")
+        text = next((m["content"] for m in msgs if m["role"] == "user"), "")
+        if isinstance(text, str) and text.startswith("use:"):
+            return call_tools(tool_call(text[4:], {"x": 1}))
+        return reply("done")
+
+
+def _tools(probe: Probe) -> list[Any]:
+    return [probe_tool("good", probe), probe_tool("bad", probe)]
+
+
+# -- RUN-ACT-1: isolation -------------------------------------------------------------------
+
+
+async def test_run_act_1_validate_raising_fails_only_that_call(store, autojump_clock) -> None:
+    """An exception from ``executor.validate`` of one Run's call becomes that call's KNOWN
+    failure (nothing started); the other Run, driven concurrently, completes."""
+    probe = Probe()
+    model = RoutingModel()
+
+    async def poisoned(assignment: Any) -> None:
+        await trio.lowlevel.checkpoint()
+        body = assignment.body
+        if isinstance(body, effect.ToolAssignment) and body.tool_ref == "bad":
+            raise RuntimeError("Symlink loop from 'loop'")
+
+    async with open_env(store, tools=_tools(probe), model=model, proxy=True) as env:
+        env.executor.on_validate = poisoned
+        await env.app.create_run(RUN, ["use:bad"])
+        await env.app.create_run(OTHER, ["use:good"])
+        async with trio.open_nursery() as nursery:
+            bad = start(nursery, env.drive, RUN)
+            good = start(nursery, env.drive, OTHER)
+        assert good.error is None, good.error
+        assert bad.error is None, bad.error
+        assert (await env.state(OTHER)).status is RunStatus.COMPLETED
+        assert (await env.state(RUN)).status is RunStatus.COMPLETED
+        failed = of_type(await env.facts(RUN), F.ToolCallFailed)
+        assert len(failed) == 1
+        assert failed[0].outcome is ToolFailureOutcome.KNOWN
+        assert failed[0].effect == ""  # declined: nothing started
+        assert "RuntimeError" in failed[0].failure.message
+        assert F.ToolCallStarted not in kinds(await env.facts(RUN))
+        assert probe.calls == 1  # only the good Run's tool ran
+
+
+class _RaisingSink:
+    def emit(self, event: Any) -> None:
+        raise RuntimeError("sink down")
+
+
+class _RaisingModel:
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        await trio.lowlevel.checkpoint()
+        raise RuntimeError("model client bug")
+
+
+POISONS = ("before_prepare", "builder", "target_resolver", "sink", "model_client")
+
+
+@pytest.mark.parametrize("poison", POISONS)
+async def test_run_act_1_poisoned_hook_ends_only_its_drive(store, autojump_clock,
+                                                            poison: str) -> None:
+    """A hook of one Run that raises (BeforePrepare, prompt builder, target resolver,
+    event sink, model client) ends at most that Run's drive with an ``Exception`` (never a
+    teardown of the runtime); the other Run completes, and the runtime serves a third."""
+    from runx_actors.runtime import TranscriptBuilder
+
+    probe = Probe()
+
+    async def boom(*_: Any) -> Any:
+        await trio.lowlevel.checkpoint()
+        raise RuntimeError(f"{poison} bug")
+
+    settings = None
+    builder = None
+    sink = None
+    if poison == "before_prepare":
+        settings = Settings(before_prepare=boom)
+    elif poison == "target_resolver":
+        settings = Settings(target_resolver=boom)
+    elif poison == "sink":
+        sink = _RaisingSink()
+    async with open_env(store, tools=_tools(probe), model=RoutingModel(),
+                        models={"broken": _RaisingModel()}) as env:
+        if poison == "builder":
+            class _Builder:
+                async def build(self, hint: Any) -> Any:
+                    return await boom()
+            builder = _Builder()
+        elif poison == "model_client":
+            builder = TranscriptBuilder(env.writer, env.app.store.frozen, "broken",
+                                        _tools(probe))
+        for run_id in (RUN, OTHER, "run-3"):
+            await env.app.create_run(run_id, ["use:good"])
+
+        async def poisoned() -> Any:
+            handle = env.runtime.run(RUN, settings=settings)
+            return await handle.drive(builder or env.builder, sink=sink)
+
+        async with trio.open_nursery() as nursery:
+            bad = start(nursery, poisoned)
+            good = start(nursery, env.drive, OTHER)
+        assert good.error is None, good.error
+        assert (await env.state(OTHER)).status is RunStatus.COMPLETED
+        assert bad.error is None or isinstance(bad.error, Exception)
+        # the runtime still serves
+        assert (await env.drive("run-3")).result is not None
+        assert (await env.state("run-3")).status is RunStatus.COMPLETED
