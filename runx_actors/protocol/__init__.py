@@ -126,6 +126,7 @@ from .errors import RunAlreadyRunningError as RunAlreadyRunningError
 from .errors import RunExistsError as RunExistsError
 from .errors import RunNotFoundError as RunNotFoundError
 from .errors import RunTerminalError as RunTerminalError
+from .errors import RuntimeClosedError as RuntimeClosedError
 from .errors import RunxError as RunxError
 from .errors import SchemaVersionError as SchemaVersionError
 from .errors import SettlementsEvictedError as SettlementsEvictedError
@@ -280,6 +281,7 @@ __all__ = [
     "PrepareStalledError",
     "EffectNotExecutingError",
     "DriveCancelledError",
+    "RuntimeClosedError",
     "DispatchError",
     "DispatchRetryableError",
     "DispatchUnknownError",

@@ -37,6 +37,7 @@ __all__ = [
     "PrepareStalledError",
     "EffectNotExecutingError",
     "DriveCancelledError",
+    "RuntimeClosedError",
     "DispatchError",
     "DispatchRetryableError",
     "DispatchUnknownError",
@@ -232,6 +233,12 @@ class EffectNotExecutingError(LoopError):
 
 class DriveCancelledError(LoopError):
     """Another task stopped the drive with ``RunHandle.cancel_drive()`` (D-1)."""
+
+
+class RuntimeClosedError(LoopError):
+    """The RunRuntime is closed or closing, or the Run's actor stopped, before the request
+    was answered (RUN-ACT-3). Nothing more is done for the request; what it committed
+    before stays committed."""
 
 
 class DispatchError(RunxError):

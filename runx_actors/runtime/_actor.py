@@ -21,6 +21,7 @@ from ..protocol.errors import (
     DriveCancelledError,
     OwnershipLostError,
     RunAlreadyRunningError,
+    RuntimeClosedError,
 )
 from ._events import Durability, Event, EventKind, EventSink, safe_emit
 from ._loop import LoopContext, count_started
@@ -146,12 +147,15 @@ class RunActor:
         finally:
             if self.runtime._actors.get(self.run_id) is self:
                 del self.runtime._actors[self.run_id]
+            self.mailbox.close()  # senders waiting for room raise RuntimeClosedError
             self._fail_queued()
 
     def _fail_queued(self) -> None:
+        """Answer every queued request with RuntimeClosedError (RUN-ACT-3)."""
         while (message := self.mailbox.get_nowait()) is not None:
             if isinstance(message, Request) and not message.done.is_set():
-                message.error = trio.ClosedResourceError("the runtime is closed")
+                message.error = RuntimeClosedError("the runtime closed before the request "
+                                                   "was served", run_id=self.run_id)
                 message.done.set()
 
     # -- serving ---------------------------------------------------------------------------
@@ -187,7 +191,8 @@ class RunActor:
             # The runtime is shutting down (its nursery was cancelled). The Cancelled
             # belongs to the actor's scope, not to the caller's: hand the caller an
             # error of its own instead of a foreign Cancelled.
-            request.error = trio.ClosedResourceError("the runtime closed during the request")
+            request.error = RuntimeClosedError("the runtime closed during the request",
+                                               run_id=self.run_id)
             raise
         except Exception as exc:
             request.error = exc

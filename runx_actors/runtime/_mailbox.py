@@ -15,6 +15,8 @@ from typing import Any
 import attrs
 import trio
 
+from ..protocol.errors import RuntimeClosedError
+
 __all__ = ["Latch", "Mailbox", "MailboxStatistics"]
 
 
@@ -100,7 +102,7 @@ class Mailbox:
     has to wait for room.
     """
 
-    __slots__ = ("_external", "_internal", "_receiver", "_room", "size")
+    __slots__ = ("_closed", "_external", "_internal", "_receiver", "_room", "size")
 
     def __init__(self, size: int) -> None:
         if size < 1:
@@ -110,15 +112,33 @@ class Mailbox:
         self._internal: collections.deque[Any] | None = None
         self._room: trio.lowlevel.ParkingLot | None = None  # senders waiting for room
         self._receiver: trio.lowlevel.Task | None = None  # the receiver, while parked
+        self._closed = False
+
+    def close(self) -> None:
+        """No request is taken from now on: every sender waiting for room (and every
+        later ``put``) raises RuntimeClosedError (RUN-ACT-3). Not a checkpoint."""
+        self._closed = True
+        if self._room is not None:
+            self._room.unpark_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     async def put(self, message: Any) -> None:
         """Queue an external request, waiting for room.
 
         Checkpoint: always. Cancellation: while waiting for room nothing is queued; once
         queued, the message stays queued (the call returns without another checkpoint).
+        Raises: RuntimeClosedError if the mailbox is (or becomes, while waiting) closed;
+        nothing is queued then.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        while self._external is not None and len(self._external) >= self.size:
+        while True:
+            if self._closed:
+                raise RuntimeClosedError("the Run's actor stopped (the runtime is closing)")
+            if self._external is None or len(self._external) < self.size:
+                break
             if self._room is None:
                 self._room = trio.lowlevel.ParkingLot()
             await self._room.park()

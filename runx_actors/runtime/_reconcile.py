@@ -37,6 +37,7 @@ from ..protocol.errors import (
     OutcomeUnavailableError,
     OwnershipLostError,
     RunTerminalError,
+    RuntimeClosedError,
     StaleRuntimeError,
     TargetWithoutEffectError,
     ValidationError,
@@ -380,7 +381,7 @@ class Reconciler:
                 return
         except OwnershipLostError:
             raise  # terminal for this owner (§4.4)
-        except trio.ClosedResourceError:
+        except (trio.ClosedResourceError, RuntimeClosedError):
             return  # the runtime (behind the redispatch route) is closing
         except Exception as exc:
             await self._report(ports, key, exc)
@@ -410,7 +411,7 @@ class Reconciler:
             await ports.on_outcome(outcome)
         except OwnershipLostError:
             raise  # terminal for this owner (§4.4)
-        except trio.ClosedResourceError:
+        except (trio.ClosedResourceError, RuntimeClosedError):
             return  # the runtime is closing
         except Exception:
             _log.exception("settling the kept effect %r failed", key)

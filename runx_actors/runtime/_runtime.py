@@ -15,7 +15,7 @@ from typing import Any
 import trio
 
 from .. import effect
-from ..protocol.errors import RunAlreadyRunningError, ValidationError
+from ..protocol.errors import RunAlreadyRunningError, RuntimeClosedError, ValidationError
 from ._actor import POKE, ActorStatistics, Request, RunActor
 from ._events import EventHub, EventSink, tee
 from ._results import LoopResult
@@ -86,7 +86,7 @@ class RunRuntime:
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> bool | None:
         assert self._stack is not None and self._nursery is not None
-        self._closed = True  # no new actor from here on (requests get ClosedResourceError)
+        self._closed = True  # no new actor from here on (requests get RuntimeClosedError)
         self._nursery.cancel_scope.cancel()
         self.hub.close()
         try:
@@ -121,7 +121,7 @@ class RunRuntime:
         actor = self._actors.get(run_id)
         if actor is None:
             if self._nursery is None or self._closed:
-                raise trio.ClosedResourceError("the runtime is not open")
+                raise RuntimeClosedError("the runtime is not open", run_id=run_id)
             actor = RunActor(self, run_id, self.mailbox_size)
             self._nursery.start_soon(actor.main, name=f"run-actor:{run_id}")
             self._actors[run_id] = actor  # registered only once it has a task (INV-43)

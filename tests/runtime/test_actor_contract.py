@@ -16,7 +16,6 @@ from runtime_harness import (
     RUN,
     SCOPE,
     Probe,
-    ProxyExecutor,
     kinds,
     of_type,
     open_env,
@@ -28,7 +27,6 @@ from runx_actors import effect
 from runx_actors.executors import call_tools, open_local_executor, reply, tool_call
 from runx_actors.protocol import facts as F
 from runx_actors.protocol.values import (
-    FailureClass,
     ModelRequest,
     ModelResult,
     RunStatus,
@@ -164,3 +162,58 @@ async def test_run_act_1_poisoned_hook_ends_only_its_drive(store, autojump_clock
         # the runtime still serves
         assert (await env.drive("run-3")).result is not None
         assert (await env.state("run-3")).status is RunStatus.COMPLETED
+
+
+# -- RUN-ACT-3: every request is answered ---------------------------------------------------
+
+
+def _bogus_outcome(run_id: str = RUN) -> effect.Outcome:
+    return effect.Outcome(key=effect.AssignmentKey(SCOPE, run_id, "no-such-effect"),
+                          result=effect.Unknown("late"))
+
+
+async def test_run_act_3_callers_waiting_for_room_answered_at_close(store,
+                                                                    autojump_clock) -> None:
+    """Callers waiting for mailbox room when the runtime closes, and the one queued, get
+    RuntimeClosedError within drain_timeout — none parks forever, none gets a bare
+    ``trio.ClosedResourceError``."""
+    from runx_actors.protocol.errors import RuntimeClosedError
+
+    entered = trio.Event()
+
+    class _Blocking:
+        async def build(self, hint: Any) -> Any:
+            entered.set()
+            await trio.sleep_forever()
+
+    settings = Settings()
+    async with open_local_executor(models={MODEL: RoutingModel()}) as ex:
+        with trio.fail_after(settings.drain_timeout):
+            async with trio.open_nursery() as outer:
+                async with open_runtime(store, ex, scope=SCOPE, model=MODEL,
+                                        mailbox_size=1) as app:
+                    await app.create_run(RUN, ["hello"])
+                    handle = app.runtime.run(RUN)
+                    driver = start(outer, handle.drive, _Blocking())
+                    await entered.wait()
+                    callers = [start(outer, handle.deliver, _bogus_outcome())
+                               for _ in range(4)]
+                    while app.runtime.statistics()[0].mailbox.senders_waiting < 3:
+                        await trio.sleep(0.01)
+                for box in (driver, *callers):
+                    await box.wait()
+        for box in (driver, *callers):
+            assert isinstance(box.error, RuntimeClosedError), box.error
+
+
+async def test_run_act_3_closed_runtime_refuses_with_library_error(store,
+                                                                   autojump_clock) -> None:
+    """A request to a closed runtime raises RuntimeClosedError (a library error)."""
+    from runx_actors.protocol.errors import RuntimeClosedError, RunxError
+
+    async with open_local_executor(models={MODEL: RoutingModel()}) as ex:
+        async with open_runtime(store, ex, scope=SCOPE, model=MODEL) as app:
+            await app.create_run(RUN, ["hello"])
+        with pytest.raises(RuntimeClosedError) as info:
+            await app.runtime.run(RUN).drive(app.builder)
+        assert isinstance(info.value, RunxError)

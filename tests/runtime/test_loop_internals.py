@@ -56,6 +56,7 @@ from runx_actors.protocol.errors import (
     PrepareStalledError,
     RunAlreadyRunningError,
     RunNotFoundError,
+    RuntimeClosedError,
     ValidationError,
 )
 from runx_actors.protocol.ids import derive_effect_id, derive_settlement_command_id
@@ -1264,7 +1265,7 @@ async def test_closed_runtime_refuses_requests(store, autojump_clock) -> None:
             await create(writer)
             async with RunRuntime(writer, ex) as runtime:
                 pass
-            with pytest.raises(trio.ClosedResourceError):
+            with pytest.raises(RuntimeClosedError):
                 await runtime.run(RUN).drive(transcript(writer, store))
             assert runtime.live_actors() == frozenset()
             await writer.aclose()
@@ -1272,7 +1273,7 @@ async def test_closed_runtime_refuses_requests(store, autojump_clock) -> None:
 
 async def test_runtime_shutdown_answers_a_waiting_caller(store, autojump_clock) -> None:
     """A caller outside the runtime's scope, waiting on a drive when the runtime closes,
-    gets ClosedResourceError (never a Cancelled that belongs to the runtime)."""
+    gets RuntimeClosedError (never a Cancelled that belongs to the runtime)."""
     gate = trio.Event()
     probe = Probe(gate=gate)
     tools = [probe_tool("slow", probe)]
@@ -1286,7 +1287,7 @@ async def test_runtime_shutdown_answers_a_waiting_caller(store, autojump_clock) 
                     box = start(outer, runtime.run(RUN).drive, transcript(writer, store, tools))
                     await probe.started.wait()
                 await box.wait()
-            assert isinstance(box.error, trio.ClosedResourceError)
+            assert isinstance(box.error, RuntimeClosedError)
             assert runtime.live_actors() == frozenset()
             await writer.aclose()
 
