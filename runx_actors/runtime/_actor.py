@@ -83,6 +83,15 @@ class _Poke:
     pass
 
 
+@attrs.frozen
+class _RunCancelled:
+    """CancelRun is durable (RUN-ACT-4): the drive cancels what it waits for and stops
+    waiting after ``drain_timeout``."""
+
+
+RUN_CANCELLED = _RunCancelled()
+
+
 POKE = _Poke()
 
 
@@ -202,6 +211,11 @@ class RunActor:
                 self.driver = None
             request.done.set()
 
+    def run_cancelled(self) -> None:
+        """Tell a drive in progress that CancelRun is durable (not a checkpoint)."""
+        if self.driver is not None:
+            self.mailbox.put_internal_nowait(RUN_CANCELLED)
+
     def _watch(self, key: Any) -> Any:
         return self.runtime.watcher.watch(key, deliver=self._outcome_arrived,
                                           fail=self._read_failed)
@@ -292,6 +306,7 @@ class RunActor:
         cancelled = False
         fenced: OwnershipLostError | None = None
         deferred: Exception | None = None
+        stop_at: float | None = None  # CancelRun is durable: stop waiting at this time
         try:
             while True:
                 if request.cancelled and not cancelled:
@@ -331,8 +346,24 @@ class RunActor:
                         if relay is not None:
                             relays.append(relay)
                     continue
-                message = await self.mailbox.get()
-                if isinstance(message, _OutcomeArrived):
+                if stop_at is None:
+                    message = await self.mailbox.get()
+                else:
+                    message = None
+                    with trio.move_on_at(stop_at):
+                        message = await self.mailbox.get()
+                    if message is None:
+                        # The Run is over (CancelRun) and the executor did not answer
+                        # within drain_timeout: stop waiting, the log already closed them.
+                        for registration in pending.values():
+                            registration.cancel()
+                        pending.clear()
+                        continue
+                if isinstance(message, _RunCancelled):
+                    if stop_at is None:
+                        stop_at = trio.current_time() + ctx.settings.drain_timeout
+                    await self._cancel_at_executor(pending)
+                elif isinstance(message, _OutcomeArrived):
                     if message.key not in pending:
                         continue
                     del pending[message.key]

@@ -268,7 +268,10 @@ class Runtime:
         return await answer(self.run_store, await self._request(run_id, call_id), payload)
 
     async def cancel(self, run_id: RunID, request_id: str = "") -> CommitResult:
-        return await cancel_run(self.run_store, run_id, f"cancel:{request_id or run_id}")
+        """Commit CancelRun and stop the Run's work (``RunRuntime.cancel_run``,
+        RUN-ACT-4): in-flight effects are cancelled at the executor and a concurrent
+        drive returns within ``drain_timeout``."""
+        return await self.runtime.cancel_run(run_id, f"cancel:{request_id or run_id}")
 
     async def snapshot(self, run_id: RunID) -> Snapshot:
         return await self.run_store.load(run_id)  # type: ignore[no-any-return]

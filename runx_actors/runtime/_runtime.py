@@ -15,6 +15,9 @@ from typing import Any
 import trio
 
 from .. import effect
+from ..protocol import commands as C
+from ..protocol import facts as F
+from ..protocol.commit import CommitRequest, CommitResult, envelope
 from ..protocol.errors import RunAlreadyRunningError, RuntimeClosedError, ValidationError
 from ._actor import POKE, ActorStatistics, Request, RunActor
 from ._events import EventHub, EventSink, tee
@@ -126,6 +129,39 @@ class RunRuntime:
             self._nursery.start_soon(actor.main, name=f"run-actor:{run_id}")
             self._actors[run_id] = actor  # registered only once it has a task (INV-43)
         return actor
+
+    async def cancel_run(self, run_id: str, command_id: str) -> CommitResult:
+        """Stop *run_id* for business reasons (run-protocol §5.9; RUN-LOP-2, RUN-ACT-4).
+
+        Commits ``CancelRun("cancelled")`` under *command_id* (a repeat replays), then
+        cancels at the executor every effect the Run had EXECUTING (the ones CancelRun
+        closed, and those this runtime's actor is waiting for) and tells a drive in
+        progress: it stops waiting for their Outcomes after at most
+        ``settings.drain_timeout`` seconds and returns FINISHED. After CancelRun is
+        durable no attempt of the Run starts (every start barrier is refused).
+
+        Checkpoint: always. Cancellation: before the commit nothing is written; once
+        committed, the executor cancels run shielded (at most ``settle_timeout``).
+        Raises: RunNotFoundError, RunTerminalError (the Run already ended otherwise),
+        OwnershipLostError, and the store's errors.
+        """
+        request = CommitRequest(0, envelope(run_id, command_id, C.CancelRun("cancelled")))
+        result: CommitResult = await self.run_store.commit(request)
+        keys = {effect.AssignmentKey(self.scope, run_id, f.effect) for f in result.facts
+                if isinstance(f, F.ToolCallFailed | F.ModelStepFailed) and f.effect}
+        actor = self._actors.get(run_id)
+        if actor is not None:
+            keys.update(actor.in_flight)
+        with trio.CancelScope(shield=True), trio.move_on_after(self.settings.settle_timeout):
+            for key in sorted(keys, key=lambda k: k.effect):
+                try:
+                    await self.executor.cancel(key)
+                except Exception:  # errors ignored (§5.9): the drive still stops
+                    pass
+        actor = self._actors.get(run_id)
+        if actor is not None:
+            actor.run_cancelled()
+        return result
 
     async def deliver(self, outcome: Any, *, sink: EventSink | None = None) -> LoopResult:
         """Route *outcome* to its Run's actor by ``outcome.key.run_id`` (RUN-EXE-4)."""

@@ -16,6 +16,7 @@ from runtime_harness import (
     RUN,
     SCOPE,
     Probe,
+    ProxyExecutor,
     kinds,
     of_type,
     open_env,
@@ -217,3 +218,52 @@ async def test_run_act_3_closed_runtime_refuses_with_library_error(store,
         with pytest.raises(RuntimeClosedError) as info:
             await app.runtime.run(RUN).drive(app.builder)
         assert isinstance(info.value, RunxError)
+
+
+# -- RUN-ACT-4: cancellation reaches the work -------------------------------------------------
+
+
+class _CancelRecorder(ProxyExecutor):
+    """A ProxyExecutor that records ``cancel`` calls; ``forward=False`` drops them (an
+    executor that cannot stop its work)."""
+
+    def __init__(self, inner: Any, *, forward: bool = True) -> None:
+        super().__init__(inner)
+        self.forward = forward
+        self.cancelled: list[Any] = []
+
+    async def cancel(self, key: Any) -> None:
+        self.cancelled.append(key)
+        if self.forward:
+            await self.inner.cancel(key)
+        else:
+            await trio.lowlevel.checkpoint()
+
+
+@pytest.mark.parametrize("forward", [True, False], ids=["stops", "ignores-cancel"])
+async def test_run_act_4_cancel_reaches_running_tool(store, autojump_clock,
+                                                     forward: bool) -> None:
+    """``Runtime.cancel`` commits CancelRun, cancels the running tool at the executor,
+    and a concurrent drive returns (FINISHED, the Run CANCELLED) within drain_timeout —
+    also when the executor cannot stop the work."""
+    probe = Probe(gate=trio.Event())  # never opened: runs until cancelled
+    tools = [probe_tool("slow", probe)]
+    settings = Settings()
+    async with open_local_executor(tools=tools, models={MODEL: RoutingModel()}) as local:
+        executor = _CancelRecorder(local, forward=forward)
+        async with open_runtime(store, executor, scope=SCOPE, model=MODEL,
+                                tools=tools) as app:
+            await app.create_run(RUN, ["use:slow"])
+            async with trio.open_nursery() as nursery:
+                drive = start(nursery, app.drive, RUN)
+                await probe.started.wait()
+                with trio.fail_after(settings.drain_timeout + 1):
+                    await app.cancel(RUN)
+                    await drive.wait()
+            assert drive.error is None, drive.error
+            assert (await app.record(RUN)).state.status is RunStatus.STOPPED
+            started = of_type(await app.writer.run_facts(RUN), F.ToolCallStarted)
+            assert {k.effect for k in executor.cancelled} == {started[0].effect}
+            if forward:
+                assert probe.running == 0  # the tool body was cancelled
+            assert app.runtime.live_actors() == frozenset()
