@@ -29,9 +29,12 @@ from ..protocol.commit import CommitRequest, envelope
 from ..protocol.errors import (
     AbandonWithExecutorError,
     CommandConflictError,
+    DispatchRejectedError,
     DispatchRetryableError,
     DispatchUnknownError,
+    EffectNotExecutingError,
     ExecutionNotFoundError,
+    FrozenValueMissingError,
     MissingPolicyPortsError,
     NoExecutionPortError,
     OutcomeUnavailableError,
@@ -69,13 +72,27 @@ class MissingPolicy(enum.Enum):
 
 @attrs.frozen
 class Decision:
+    """The verdict for one target. ``retry``: an owed redispatch is tried again after
+    ``requeue_after``; ``transient``: that retry does not count against the budget (the
+    runtime behind the route was closed or restarting, RUN-ACT-6)."""
+
     target: RecoveryTarget
     verdict: Verdict
     reason: str = ""
     retry: bool = False
+    transient: bool = False
 
     def key(self, scope: str) -> Any:
         return effect.AssignmentKey(scope, self.target.run_id, self.target.effect)
+
+
+#: What a redispatch may raise that is a real, final refusal of the key: it is recorded
+#: ``given_up`` at once (RUN-ACT-6). Retryable / unknown dispatch errors and every other
+#: error (a closing runtime, a store hiccup) defer the owed attempt instead.
+_FINAL_REDISPATCH_ERRORS: tuple[type[Exception], ...] = (
+    DispatchRejectedError, EffectNotExecutingError, FrozenValueMissingError)
+#: Errors that say "the runtime behind the route is not there right now": not counted.
+_CLOSED = (trio.ClosedResourceError, RuntimeClosedError)
 
 
 def assignment_from_target(scope: str, state: MachineState, target: RecoveryTarget) -> Any:
@@ -197,9 +214,13 @@ class Reconciler:
     async def plan(self, scope: str, state: MachineState) -> tuple[Decision, ...]:
         """One Decision per EXECUTING target of *state*. Checkpoint.
 
-        A redispatch that raised DispatchRetryableError or DispatchUnknownError gives
-        ``Decision(DEFER, retry=True)``: the attempt stays owed; :meth:`watch` tries it
-        again after ``requeue_after`` seconds.
+        A redispatch that raised DispatchRetryableError, DispatchUnknownError or any error
+        other than a real refusal (DispatchRejectedError, EffectNotExecutingError,
+        FrozenValueMissingError) gives ``Decision(DEFER, retry=True)``: the attempt stays
+        owed; :meth:`watch` tries it again after ``requeue_after`` seconds. A closed or
+        restarting runtime (RuntimeClosedError, ``trio.ClosedResourceError``) is
+        ``transient`` and does not count against the budget (RUN-ACT-6).
+        OwnershipLostError is raised.
 
         Raises: the configuration errors (see the class), TargetWithoutEffectError,
         ValidationError (an attach/abort answer outside the vocabulary), and errors of
@@ -270,12 +291,21 @@ class Reconciler:
             state = await self.ledger.load(key)
         try:
             await self.redispatch(key)
+        except OwnershipLostError:
+            raise  # terminal for this owner (§4.4), never a verdict on the key
         except (DispatchRetryableError, DispatchUnknownError):
             return Decision(target, Verdict.DEFER, "redispatch not confirmed", retry=True)
-        except Exception as exc:
+        except _CLOSED as exc:
+            return Decision(target, Verdict.DEFER, f"runtime not open: {exc!r}",
+                            retry=True, transient=True)
+        except _FINAL_REDISPATCH_ERRORS as exc:
             await self.ledger.append(key, GivenUp(type(exc).__name__), seq=state.head,
                                      epoch=self.epoch)
             return None
+        except Exception as exc:  # transient until proven otherwise (RUN-ACT-6)
+            _log.warning("redispatch of %r failed, deferred: %r", key, exc)
+            return Decision(target, Verdict.DEFER, f"redispatch failed: {exc!r}",
+                            retry=True)
         await self.ledger.append(key, Dispatched(state.planned), seq=state.head,
                                  epoch=self.epoch)
         return Decision(target, Verdict.REDISPATCH, f"attempt {state.planned}")
@@ -372,7 +402,7 @@ class Reconciler:
                 if replanned is None:
                     return  # no longer EXECUTING under this effect: nothing is owed
                 decision, assignment = replanned
-                if decision.retry:
+                if decision.retry and not decision.transient:
                     tries += 1
             if decision.verdict is Verdict.DISPOSE:
                 accepted = await self._dispose(store, decision)
@@ -381,7 +411,7 @@ class Reconciler:
                 return
         except OwnershipLostError:
             raise  # terminal for this owner (§4.4)
-        except (trio.ClosedResourceError, RuntimeClosedError):
+        except _CLOSED:
             return  # the runtime (behind the redispatch route) is closing
         except Exception as exc:
             await self._report(ports, key, exc)

@@ -267,3 +267,54 @@ async def test_run_act_4_cancel_reaches_running_tool(store, autojump_clock,
             if forward:
                 assert probe.running == 0  # the tool body was cancelled
             assert app.runtime.live_actors() == frozenset()
+
+
+# -- RUN-ACT-6: transient is not final ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("transient", ["closed", "runtime-closed", "store-oserror"])
+async def test_run_act_6_transient_redispatch_error_is_not_given_up(transient: str) -> None:
+    """A redispatch that hits a closing/restarting runtime, or another transient error, is
+    deferred for a retry: the ledger records no ``given_up`` and the effect is not
+    disposed. A real refusal (DispatchRejectedError) still gives up at once."""
+    from runx_actors.protocol.errors import DispatchRejectedError, RuntimeClosedError
+    from runx_actors.runtime import MemoryDispatchLedger, MissingPolicy, Reconciler, Verdict
+    from runx_actors.testing import builders as b
+
+    log = b.SimpleLog.with_run("run-1", ["in-1"], scope=SCOPE)
+    log.apply(b.prepare(log.state(), log.position()))
+    log.apply(b.start_model(log.state()))
+    state = log.state()
+    key = effect.AssignmentKey(SCOPE, "run-1", state.current.effect)
+
+    class _Missing:
+        async def attach(self, a: Any) -> Any:
+            await trio.lowlevel.checkpoint()
+            return effect.Attachment(state=effect.AttachmentState.MISSING)
+
+        async def abort(self, a: Any) -> Any:
+            await trio.lowlevel.checkpoint()
+            return effect.Attachment(state=effect.AttachmentState.ABORTED)
+
+    errors = {"closed": trio.ClosedResourceError("the runtime is not open"),
+              "runtime-closed": RuntimeClosedError("closing"),
+              "store-oserror": OSError("database is locked")}
+
+    async def plan(error: BaseException, ledger: Any) -> Any:
+        async def route(_: Any) -> None:
+            await trio.lowlevel.checkpoint()
+            raise error
+
+        rec = Reconciler(_Missing(), missing=MissingPolicy.REDISPATCH_MISSING, ledger=ledger,
+                         redispatch=route, budget=3, epoch=1)
+        (decision,) = await rec.plan(SCOPE, state)
+        return decision
+
+    ledger = MemoryDispatchLedger()
+    decision = await plan(errors[transient], ledger)
+    assert (decision.verdict, decision.retry) == (Verdict.DEFER, True)
+    assert not (await ledger.load(key)).given_up
+    refused = MemoryDispatchLedger()
+    decision = await plan(DispatchRejectedError("no"), refused)
+    assert decision.verdict is Verdict.DISPOSE
+    assert (await refused.load(key)).given_up
