@@ -18,13 +18,31 @@ from .. import effect
 from ..protocol import commands as C
 from ..protocol import facts as F
 from ..protocol.commit import CommitRequest, CommitResult, envelope
-from ..protocol.errors import RunAlreadyRunningError, RuntimeClosedError, ValidationError
+from ..protocol.errors import (
+    DriveCancelledError,
+    RunAlreadyRunningError,
+    RuntimeClosedError,
+    ValidationError,
+)
 from ._actor import POKE, ActorStatistics, Request, RunActor
 from ._events import EventHub, EventSink, tee
 from ._results import LoopResult
 from ._settings import Settings
 
 __all__ = ["RunRuntime", "RunHandle"]
+
+
+def _unmasked(cancelled: trio.Cancelled, request: Request) -> BaseException:
+    """What a cancelled caller raises (RUN-ACT-5): its Cancelled, or — when the
+    operation failed with an error of its own meanwhile — one group holding that error
+    and the Cancelled, so cancellation never hides it (the enclosing cancel scope takes
+    the Cancelled, the error goes on, inside an ExceptionGroup)."""
+    error = request.error
+    if error is None or (isinstance(error, DriveCancelledError)
+                         and not request.by_cancel_drive):
+        return cancelled  # nothing failed, or the stop the cancel itself asked for
+    return BaseExceptionGroup("the operation failed while its caller was cancelled",
+                              [error, cancelled])
 
 _WRITERS_WITH_RUNTIME: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -231,7 +249,9 @@ class RunHandle:
         and writes nothing.
         Cancellation: the actor starts no further effect, cancels what it dispatched,
             settles their Outcomes (waiting shielded at most ``settings.drain_timeout``),
-            then trio.Cancelled is re-raised.
+            then trio.Cancelled is re-raised — or, if the drive failed with an error of
+            its own meanwhile, a BaseExceptionGroup of that error and the Cancelled
+            (RUN-ACT-5: the error is never masked).
         Returns: FINISHED (with ``result``) or WAITING.
         Raises:
             RunAlreadyRunningError: another drive/advance of this Run is in progress.
@@ -244,9 +264,12 @@ class RunHandle:
         actor = await self._enqueue(request, driver=True)
         try:
             await request.done.wait()
-        except trio.Cancelled:
+        except trio.Cancelled as cancelled:
             await self._abandon_driver_op(actor, request)
-            raise
+            error = _unmasked(cancelled, request)
+            if error is cancelled:
+                raise
+            raise error from None
         return self._reply(request)  # type: ignore[no-any-return]
 
     async def advance(self, builder: Any, *, sink: EventSink | None = None) -> LoopResult:
@@ -258,20 +281,26 @@ class RunHandle:
         actor = await self._enqueue(request, driver=True)
         try:
             await request.done.wait()
-        except trio.Cancelled:
+        except trio.Cancelled as cancelled:
             await self._abandon_driver_op(actor, request)
-            raise
+            error = _unmasked(cancelled, request)
+            if error is cancelled:
+                raise
+            raise error from None
         return self._reply(request)  # type: ignore[no-any-return]
 
     async def _settle_op(self, request: Request) -> Any:
         actor = await self._enqueue(request, driver=False)
         try:
             await request.done.wait()
-        except trio.Cancelled:
+        except trio.Cancelled as cancelled:
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(self.settings.settle_timeout):
                     await request.done.wait()
-            raise
+            error = _unmasked(cancelled, request)
+            if error is cancelled:
+                raise
+            raise error from None
         del actor
         return self._reply(request)
 
@@ -281,7 +310,8 @@ class RunHandle:
         Checkpoint: always, even when the mailbox has room.
         Cancellation: while waiting for a mailbox slot, nothing has been queued. Once the
             message is queued, the settlement finishes shielded (at most
-            ``settings.settle_timeout``) and then Cancelled is raised.
+            ``settings.settle_timeout``) and then Cancelled is raised (in a group with
+            the operation's own error, if it failed: RUN-ACT-5).
         Returns: DELIVERED, FINISHED, or DROPPED (late, duplicate, stale, unknown Run).
         Raises:
             OwnershipLostError: another runtime took over the session.

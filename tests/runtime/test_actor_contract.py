@@ -318,3 +318,37 @@ async def test_run_act_6_transient_redispatch_error_is_not_given_up(transient: s
     decision = await plan(DispatchRejectedError("no"), refused)
     assert decision.verdict is Verdict.DISPOSE
     assert (await refused.load(key)).given_up
+
+
+# -- RUN-ACT-5: errors are never masked -------------------------------------------------------
+
+
+def _leaves(exc: BaseException | None) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
+    return [] if exc is None else [exc]
+
+
+@pytest.mark.parametrize("op", ["drive", "advance"])
+async def test_run_act_5_builder_error_not_masked_by_cancel(store, autojump_clock,
+                                                           op: str) -> None:
+    """A prompt builder that raises while its caller is being cancelled: the caller sees
+    the ValueError (with the Cancelled, inside a group), not a bare Cancelled."""
+    class _Late:
+        async def build(self, hint: Any) -> Any:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(1)
+            raise ValueError("bad prompt")
+
+    async with open_env(store, model=RoutingModel()) as env:
+        await env.app.create_run(RUN, ["hello"])
+        handle = env.runtime.run(RUN)
+        caught: BaseException | None = None
+        try:
+            with trio.move_on_after(0.5):
+                await getattr(handle, op)(_Late())
+        except BaseException as exc:  # the group or the error itself
+            caught = exc
+        leaves = _leaves(caught)
+        assert any(isinstance(e, ValueError) and "bad prompt" in str(e) for e in leaves), caught
+        assert not any(isinstance(e, trio.Cancelled) for e in leaves)  # the scope took it
