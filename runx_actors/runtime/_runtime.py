@@ -38,9 +38,11 @@ def _unmasked(cancelled: trio.Cancelled, request: Request) -> BaseException:
     and the Cancelled, so cancellation never hides it (the enclosing cancel scope takes
     the Cancelled, the error goes on, inside an ExceptionGroup)."""
     error = request.error
-    if error is None or (isinstance(error, DriveCancelledError)
-                         and not request.by_cancel_drive):
-        return cancelled  # nothing failed, or the stop the cancel itself asked for
+    if error is None or isinstance(error, RuntimeClosedError) or (
+            isinstance(error, DriveCancelledError) and not request.by_cancel_drive):
+        # nothing failed, or the stop the cancellation itself caused (the caller's own
+        # cancel, or the runtime closing — usually under the same cancelled scope)
+        return cancelled
     return BaseExceptionGroup("the operation failed while its caller was cancelled",
                               [error, cancelled])
 
