@@ -133,6 +133,7 @@ from .errors import SettlementsEvictedError as SettlementsEvictedError
 from .errors import StaleRuntimeError as StaleRuntimeError
 from .errors import StateConflictError as StateConflictError
 from .errors import TargetWithoutEffectError as TargetWithoutEffectError
+from .errors import ToolOfferError as ToolOfferError
 from .errors import ValidationError as ValidationError
 from .facts import EVENT_TYPE_PREFIX as EVENT_TYPE_PREFIX
 from .facts import FACT_BY_WIRE_NAME as FACT_BY_WIRE_NAME
@@ -282,6 +283,7 @@ __all__ = [
     "EffectNotExecutingError",
     "DriveCancelledError",
     "RuntimeClosedError",
+    "ToolOfferError",
     "DispatchError",
     "DispatchRetryableError",
     "DispatchUnknownError",

@@ -38,6 +38,7 @@ __all__ = [
     "EffectNotExecutingError",
     "DriveCancelledError",
     "RuntimeClosedError",
+    "ToolOfferError",
     "DispatchError",
     "DispatchRetryableError",
     "DispatchUnknownError",
@@ -239,6 +240,12 @@ class RuntimeClosedError(LoopError):
     """The RunRuntime is closed or closing, or the Run's actor stopped, before the request
     was answered (RUN-ACT-3). Nothing more is done for the request; what it committed
     before stays committed."""
+
+
+class ToolOfferError(LoopError):
+    """A tool the runtime offers the model is unknown to the executor or declared
+    differently there; found when the runtime opens (RUN-ACT-8). Attributes:
+    ``tool_ref``, ``failure`` (the executor's ToolFailure)."""
 
 
 class DispatchError(RunxError):

@@ -29,6 +29,9 @@ from ._ledger import LedgerAppendStatus as LedgerAppendStatus
 from ._ledger import LedgerState as LedgerState
 from ._ledger import MemoryDispatchLedger as MemoryDispatchLedger
 from ._loop import BUDGET_EXCEEDED as BUDGET_EXCEEDED
+from ._loop import MODEL_RESEND_LIMIT as MODEL_RESEND_LIMIT
+from ._loop import MODEL_STEP_LIMIT as MODEL_STEP_LIMIT
+from ._loop import TOOL_LOOKUP_LIMIT as TOOL_LOOKUP_LIMIT
 from ._mailbox import MailboxStatistics as MailboxStatistics
 from ._reconcile import Decision as Decision
 from ._reconcile import MissingPolicy as MissingPolicy
@@ -49,7 +52,8 @@ __all__ = [
     "accept_input", "answer", "approve", "cancel_run", "open_runtime", "reject",
     "Durability", "Event", "EventHub", "EventKind", "EventSink", "DispatchLedger",
     "Dispatched", "DispatchPlanned", "GivenUp", "LedgerAppendStatus", "LedgerState",
-    "MemoryDispatchLedger", "BUDGET_EXCEEDED", "MailboxStatistics", "Decision",
+    "MemoryDispatchLedger", "BUDGET_EXCEEDED", "MODEL_RESEND_LIMIT",
+    "MODEL_STEP_LIMIT", "TOOL_LOOKUP_LIMIT", "MailboxStatistics", "Decision",
     "MissingPolicy", "Reconciler", "Verdict", "assignment_from_target",
     "recover_interrupted", "LoopDisposition", "LoopResult", "RunHandle", "RunRuntime",
     "DispatchPolicy", "Settings", "TargetRequest",

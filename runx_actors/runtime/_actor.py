@@ -175,10 +175,14 @@ class RunActor:
             store=rt.run_store, executor=rt.executor, run_id=self.run_id,
             settings=request.settings, sink=rt.sink_for(request.sink),
             started_tool_calls=self._started_tool_calls,
+            run_facts=self._run_facts,
             cancel_requested=request.cancel_requested,
             progress_sink=rt.progress_sink_for(self.run_id, request.sink),
             acknowledges=rt.acknowledges,
         )
+
+    async def _run_facts(self) -> Any:
+        return await self.runtime.writer.run_facts(self.run_id)
 
     async def _started_tool_calls(self) -> int:
         return count_started(await self.runtime.writer.run_facts(self.run_id))

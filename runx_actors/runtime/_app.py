@@ -37,6 +37,7 @@ from ..protocol.values import (
     ToolSpec,
 )
 from ._events import Event, EventSink
+from ._preflight import check_offers
 from ._reconcile import Reconciler, recover_interrupted
 from ._results import LoopResult
 from ._runtime import RunRuntime
@@ -302,9 +303,14 @@ async def open_runtime(store: Any, executor: Any, *, scope: str = "default",
     :class:`Runtime`. The default builder is a :class:`TranscriptBuilder` for *model*
     and *tools*.
 
-    Raises: the reconciler's configuration errors; OwnershipLostError if another writer
-    opens the scope meanwhile.
+    Before the scope is opened (nothing is written yet) *tools* and *model* are checked
+    against the executor's ``validate`` (RUN-ACT-8, :func:`check_offers`).
+
+    Raises: ToolOfferError (an offered tool the executor lacks or declares differently);
+    ModelUnavailableError (the executor refuses *model*); the reconciler's configuration
+    errors; OwnershipLostError if another writer opens the scope meanwhile.
     """
+    await check_offers(executor, scope, model=model, tools=tools)
     writer = await store.open(scope)
     try:
         rec = reconciler if reconciler is not None else Reconciler(executor)

@@ -36,7 +36,13 @@ from ..protocol.errors import (
     StaleRuntimeError,
     ValidationError,
 )
-from ..protocol.facts import ToolCallStarted
+from ..protocol.facts import (
+    ModelStepCompleted,
+    ModelStepRecovered,
+    ToolCallFailed,
+    ToolCallStarted,
+    ToolStepOpened,
+)
 from ..protocol.ids import (
     derive_call_id,
     derive_decline_command_id,
@@ -76,10 +82,21 @@ from ._events import Durability, Event, EventKind, EventSink, safe_emit
 from ._results import EXECUTION_RECOVERY, LoopDisposition, LoopResult
 from ._settings import Settings, TargetRequest
 
-__all__ = ["LoopContext", "RELOAD", "BUDGET_EXCEEDED"]
+__all__ = ["LoopContext", "RELOAD", "BUDGET_EXCEEDED", "MODEL_RESEND_LIMIT",
+           "MODEL_STEP_LIMIT", "TOOL_LOOKUP_LIMIT"]
 
 #: Failure class of a call declined because the Run's tool budget is spent.
 BUDGET_EXCEEDED = "budget_exceeded"
+#: Stop reasons of the default time bounds (RUN-ACT-7): the failure class of the
+#: ``run_ended`` fact (reason ``provider_failure``) of a Run a bound ended.
+#: ``Settings.max_model_resends`` re-sends of a model request all ended without a result
+#: (``deadline_exceeded`` / unknown outcomes).
+MODEL_RESEND_LIMIT = "model_resend_limit"
+#: The Run reached ``Settings.max_model_steps`` model steps and the model asked for more.
+MODEL_STEP_LIMIT = "model_step_limit"
+#: ``Settings.max_tool_lookup_failures`` consecutive tool steps failed a tool lookup and
+#: the model asked for an unknown tool again.
+TOOL_LOOKUP_LIMIT = "tool_lookup_limit"
 
 
 class _Reload:
@@ -139,6 +156,7 @@ class LoopContext:
     settings: Settings
     sink: EventSink | None = None
     started_tool_calls: Any = None  # async () -> int, for the tool budget
+    run_facts: Any = None  # async () -> the Run's facts, for the RUN-ACT-7 bounds
     cancel_requested: Any = None  # () -> bool
     in_batch: list[Any] = attrs.Factory(list)
     progress_sink: EventSink | None = None  # provisional events; None: nobody listens
@@ -464,7 +482,7 @@ class LoopContext:
         tool_call: ToolCallState | None = None
         if (isinstance(cur, ModelStep) and cur.status is ModelStepStatus.EXECUTING
                 and cur.effect == key.effect):
-            command_id, command, missing_body = self._model_command(state, cur, outcome)
+            command_id, command, missing_body = await self._model_command(state, cur, outcome)
         elif isinstance(cur, ToolStep) and (call := _executing_call(cur, key.effect)):
             command_id, command = self._tool_command(cur, call, outcome)
             tool_call = call
@@ -495,8 +513,8 @@ class LoopContext:
                                           result=delivered, run_id=self.run_id)
         return delivered
 
-    def _model_command(self, state: MachineState, step: ModelStep,
-                       outcome: Any) -> tuple[str, C.Command, bool]:
+    async def _model_command(self, state: MachineState, step: ModelStep,
+                             outcome: Any) -> tuple[str, C.Command, bool]:
         eff = step.effect
         settle = derive_settlement_command_id(eff)
         recover = (derive_recovery_command_id(eff), C.RecoverModelExecution(step.id, eff))
@@ -508,10 +526,20 @@ class LoopContext:
                     calls = self._bindings(state, step, model_result)
                 except (CanonicalJSONError, ValidationError) as exc:
                     return settle, self._reject(step, f"malformed_result: {exc}"), False
+                stop = await self._step_bound(state, step, model_result)
+                if stop is not None:
+                    return settle, C.SubmitModelFailure(step_id=step.id, effect=eff,
+                                                        failure=stop), False
                 return settle, C.SubmitModelResult(
                     step_id=step.id, effect=eff, result=model_result, calls=calls,
                     scheduling=self.settings.scheduling), False
-            case effect.Unknown() | effect.Cancelled():
+            case effect.Cancelled():
+                return (*recover, False)
+            case effect.Unknown(message=message):
+                stop = await self._resend_bound(f"unknown: {message}")
+                if stop is not None:
+                    return settle, C.SubmitModelFailure(step_id=step.id, effect=eff,
+                                                        failure=stop), False
                 return (*recover, False)
             case effect.ModelFailed(code=code, message=message):
                 if code is effect.FailureCode.FROZEN_VALUE_MISSING:
@@ -520,12 +548,65 @@ class LoopContext:
                             effect.FailureCode.MALFORMED_RESULT):
                     return settle, self._reject(step, message), False
                 if code is effect.FailureCode.DEADLINE_EXCEEDED:
+                    stop = await self._resend_bound(f"{code.value}: {message}")
+                    if stop is not None:
+                        return settle, C.SubmitModelFailure(step_id=step.id, effect=eff,
+                                                            failure=stop), False
                     return (*recover, False)
                 return settle, C.SubmitModelFailure(step_id=step.id, effect=eff, failure=Failure(
                     FailureClass.PROVIDER_FAILURE, f"{code.value}: {message}")), False
         what = "no result" if res is None else type(res).__name__
         return settle, C.SubmitModelFailure(step_id=step.id, effect=eff, failure=Failure(
             FailureClass.PROVIDER_FAILURE, f"executor delivered {what} for a model step")), False
+
+    async def _facts(self) -> tuple[Any, ...]:
+        if self.run_facts is None:
+            return ()
+        return tuple(await self.run_facts())
+
+    async def _resend_bound(self, last: str) -> Failure | None:
+        """RUN-ACT-7: the stop reason once ``max_model_resends`` re-sends of the model
+        request all ended without a result, else None (recover and send again).
+
+        Counted from the log: the ``model_step_recovered`` facts since the last completed
+        model step (each recovery is one more send; takeover recoveries count too, so
+        the bound holds across restarts)."""
+        limit = self.settings.max_model_resends
+        if not limit:
+            return None
+        resends = 0
+        for fact in await self._facts():
+            if isinstance(fact, ModelStepCompleted):
+                resends = 0
+            elif isinstance(fact, ModelStepRecovered):
+                resends += 1
+        if resends < limit:
+            return None
+        return Failure(MODEL_RESEND_LIMIT, f"{resends + 1} sends of the model request ended "
+                       f"without a result (max_model_resends={limit}); last: {last}")
+
+    async def _step_bound(self, state: MachineState, step: ModelStep,
+                          result: ModelResult) -> Failure | None:
+        """RUN-ACT-7: the stop reason when settling *result* would need another model
+        step past ``max_model_steps``, or the model asks for an unknown tool after
+        ``max_tool_lookup_failures`` consecutive failed lookups; else None."""
+        if not result.tool_calls:
+            return None  # a text answer: no further model step from this one
+        steps = self.settings.max_model_steps
+        if steps and state.model_steps >= steps:
+            return Failure(MODEL_STEP_LIMIT, f"the Run reached {state.model_steps} model "
+                           f"steps (max_model_steps={steps}) and the model asked for more")
+        lookups = self.settings.max_tool_lookup_failures
+        offered = {s.name for s in step.tools}
+        unknown = sorted({tc.name for tc in result.tool_calls if tc.name not in offered})
+        if not lookups or not unknown:
+            return None
+        streak = _lookup_failure_streak(await self._facts())
+        if streak < lookups:
+            return None
+        return Failure(TOOL_LOOKUP_LIMIT, f"the model asked for unknown tool(s) {unknown} "
+                       f"after {streak} consecutive tool steps with a failed lookup "
+                       f"(max_tool_lookup_failures={lookups})")
 
     def _reject(self, step: ModelStep, message: str) -> C.RejectModelResult:
         disposition = (ModelRejectDisposition.RETRY
@@ -630,6 +711,24 @@ def _tool_result(value: Any) -> ToolResult:
     if isinstance(value, ToolResult):
         return value
     return ToolResult(canonical_json_text(value))
+
+
+def _lookup_failure_streak(facts: Any) -> int:
+    """Number of trailing tool steps in *facts* with a ``tool_lookup_failed`` call."""
+    steps: list[str] = []
+    flagged: set[str] = set()
+    for fact in facts:
+        if isinstance(fact, ToolStepOpened):
+            steps.append(fact.step_id)
+        elif (isinstance(fact, ToolCallFailed)
+              and fact.failure.class_ == FailureClass.TOOL_LOOKUP_FAILED):
+            flagged.add(fact.step_id)
+    streak = 0
+    for step_id in reversed(steps):
+        if step_id not in flagged:
+            break
+        streak += 1
+    return streak
 
 
 def count_started(facts: Any) -> int:

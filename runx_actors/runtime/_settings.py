@@ -98,3 +98,6 @@ class Settings:
     settle_timeout: float = attrs.field(default=30.0, validator=_non_negative)
     drain_timeout: float = attrs.field(default=60.0, validator=_non_negative)
     max_tool_calls: int = attrs.field(default=0, validator=_non_negative)
+    max_model_resends: int = attrs.field(default=3, validator=_non_negative)
+    max_model_steps: int = attrs.field(default=100, validator=_non_negative)
+    max_tool_lookup_failures: int = attrs.field(default=3, validator=_non_negative)

@@ -352,3 +352,144 @@ async def test_run_act_5_builder_error_not_masked_by_cancel(store, autojump_cloc
         leaves = _leaves(caught)
         assert any(isinstance(e, ValueError) and "bad prompt" in str(e) for e in leaves), caught
         assert not any(isinstance(e, trio.Cancelled) for e in leaves)  # the scope took it
+
+
+# -- RUN-ACT-7: bounded time by default -------------------------------------------------------
+
+
+class _Hanging:
+    """A model that never answers; ``calls`` counts the sends."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        self.calls += 1
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+class _AsksForever:
+    """A model that asks for tool *name* on every step."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.calls = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        await trio.sleep(1)  # one mock second per step, so an unbounded loop times out
+        self.calls += 1
+        return call_tools(tool_call(self.name, {"x": self.calls}))
+
+
+def _run_failure(facts: Any) -> Any:
+    ended = of_type(facts, F.RunEnded)
+    assert len(ended) == 1, facts
+    return ended[0].end.failure
+
+
+async def test_run_act_7_model_resends_after_deadline_are_bounded(store,
+                                                                 autojump_clock) -> None:
+    """With ``model_timeout`` set and a model that never answers, the step is re-sent at
+    most ``Settings.max_model_resends`` times; then the Run FAILS with the typed stop
+    reason ``model_resend_limit`` in its log (the default bound, no setting needed)."""
+    from runx_actors.runtime import MODEL_RESEND_LIMIT
+
+    model = _Hanging()
+    limit = Settings().max_model_resends
+    assert limit >= 1
+    async with open_local_executor(models={MODEL: model}, model_timeout=5.0) as ex:
+        async with open_runtime(store, ex, scope=SCOPE, model=MODEL) as app:
+            await app.create_run(RUN, ["hello"])
+            with trio.fail_after(1000):
+                result = await app.drive(RUN)
+            assert result.result.status is RunStatus.FAILED
+            failure = _run_failure(await app.writer.run_facts(RUN))
+            assert failure.class_ == MODEL_RESEND_LIMIT
+            assert model.calls == limit + 1
+
+
+@pytest.mark.parametrize("ask", ["known", "unknown"])
+async def test_run_act_7_model_steps_and_tool_lookups_are_capped(store, autojump_clock,
+                                                                store_kind: str,
+                                                                ask: str) -> None:
+    """A model that never stops asking for a tool ends the Run by default: after
+    ``max_tool_lookup_failures`` consecutive steps asking for an unknown tool
+    (``tool_lookup_limit``), or after ``max_model_steps`` steps (``model_step_limit``)."""
+    from runx_actors.runtime import MODEL_STEP_LIMIT, TOOL_LOOKUP_LIMIT
+
+    probe = Probe()
+    tools = [probe_tool("good", probe)]
+    model = _AsksForever("good" if ask == "known" else "nope")
+    assert Settings().max_model_steps > 0 and Settings().max_tool_lookup_failures > 0
+    # the defaults over memory; a smaller step cap over SQLite keeps the test short
+    defaults = Settings() if store_kind == "memory" else Settings(max_model_steps=5)
+    async with open_local_executor(tools=tools, models={MODEL: model}) as ex:
+        async with open_runtime(store, ex, scope=SCOPE, model=MODEL, tools=tools,
+                                settings=defaults) as app:
+            await app.create_run(RUN, ["hello"])
+            with trio.fail_after(1000):
+                result = await app.drive(RUN)
+            assert result.result.status is RunStatus.FAILED
+            failure = _run_failure(await app.writer.run_facts(RUN))
+            if ask == "known":
+                assert failure.class_ == MODEL_STEP_LIMIT
+                assert model.calls == defaults.max_model_steps
+                assert probe.calls == defaults.max_model_steps - 1
+            else:
+                assert failure.class_ == TOOL_LOOKUP_LIMIT
+                assert model.calls == defaults.max_tool_lookup_failures + 1
+                assert probe.calls == 0
+
+
+# -- RUN-ACT-8: fail fast at open ----------------------------------------------------------------
+
+
+async def test_run_act_8_offer_mismatch_refused_at_open(store, autojump_clock) -> None:
+    """A tool the runtime would offer that the executor lacks, or declares differently,
+    is refused by ``open_runtime`` with ToolOfferError before the scope is opened."""
+    from runx_actors.protocol.errors import ToolOfferError
+
+    probe = Probe()
+    served = [probe_tool("good", probe)]
+    missing = [probe_tool("ghost", probe)]
+    different = [probe_tool("good", probe, description="another declaration")]
+    async with open_local_executor(tools=served, models={MODEL: RoutingModel()}) as ex:
+        for offered in (missing, different):
+            with pytest.raises(ToolOfferError) as info:
+                async with open_runtime(store, ex, scope=SCOPE, model=MODEL, tools=offered):
+                    raise AssertionError("opened")
+            assert info.value.tool_ref == offered[0].ref
+        writer = await store.open(SCOPE)  # nothing was written: the scope's first epoch
+        assert writer.epoch == 1
+        await writer.aclose()
+        async with open_runtime(store, ex, scope=SCOPE, model=MODEL, tools=served):
+            pass
+
+
+async def test_run_act_8_unknown_model_refused_at_open(store, autojump_clock) -> None:
+    """An unknown model ref is refused when the runtime opens; the error names it."""
+    from runx_actors.protocol.errors import ModelUnavailableError
+
+    async with open_local_executor(models={MODEL: RoutingModel()}) as ex:
+        with pytest.raises(ModelUnavailableError) as info:
+            async with open_runtime(store, ex, scope=SCOPE, model="gpt-typo"):
+                raise AssertionError("opened")
+        assert info.value.model == "gpt-typo"
+        assert "gpt-typo" in str(info.value)
+
+
+async def test_run_act_8_frozen_unknown_model_error_names_ref(store, autojump_clock) -> None:
+    """A Run whose prepared step froze a ref the executor does not serve: the drive
+    raises ModelUnavailableError naming the ref and saying how to get out."""
+    from runx_actors.protocol.errors import ModelUnavailableError
+    from runx_actors.runtime import TranscriptBuilder
+
+    async with open_env(store, model=RoutingModel()) as env:
+        await env.app.create_run(RUN, ["hello"])
+        builder = TranscriptBuilder(env.writer, env.app.store.frozen, "gpt-typo")
+        with pytest.raises(ModelUnavailableError) as info:
+            await env.drive(RUN, builder)
+        assert "gpt-typo" in str(info.value) and "cancel" in str(info.value)
+        await env.app.cancel(RUN)  # the way out the message names
+        assert (await env.state(RUN)).status is RunStatus.STOPPED

@@ -20,6 +20,7 @@ from runtime_harness import (
     kinds,
     of_type,
     open_env,
+    open_wrapped_env,
     probe_tool,
     start,
 )
@@ -418,8 +419,10 @@ async def test_approval_yields_after_direct_execution(store, autojump_clock) -> 
 
 
 async def test_catalog_resolve_error_leaves_run_active(store, autojump_clock) -> None:
-    async with open_env(store, models={"other-model": GatedModel([reply("x")])}) as env:
-        await env.app.create_run(RUN, ["hi"])
+    # open_runtime refuses an unserved default model at open (RUN-ACT-8): build the
+    # runtime by hand to reach the drive-time refusal of a step that froze it
+    async with open_wrapped_env(store, models={"other-model": GatedModel([reply("x")])}) as env:
+        await env.create(RUN, "hi")
         with pytest.raises(ModelUnavailableError):
             await env.drive()
 

@@ -353,7 +353,9 @@ async def test_second_driver_of_same_run_is_refused(store, autojump_clock) -> No
 
 async def test_model_catalog_error_recovers_with_fresh_runtime(store, autojump_clock) -> None:
     with trio.fail_after(HANG):
-        async with open_env(store, models={"other": GatedModel([reply("x")])}) as broken:
+        # open_runtime refuses an unserved default model at open (RUN-ACT-8): the
+        # runtime is built by hand to reach the drive-time refusal
+        async with open_wrapped_env(store, models={"other": GatedModel([reply("x")])}) as broken:
             await broken.create()
             with pytest.raises(ModelUnavailableError):
                 await broken.drive()

@@ -1,0 +1,62 @@
+"""Fail fast at open (RUN-ACT-8): the offers the runtime makes are checked against the
+executor before any Run is driven.
+
+The check goes through the executor's own side-effect-free ``validate`` (RUN-EXE-5), so
+it works for any ExecutionPort: each offered tool is validated with its declaration (a
+``tool_lookup_failed`` or ``tool_definition_mismatch`` answer is a mismatch), and the
+default model ref is validated as a model Assignment (a refusal is an unknown ref). An
+executor that cannot tell (``validate`` answers None) passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import effect
+from ..protocol.errors import ModelUnavailableError, ToolOfferError
+from ..protocol.values import FailureClass, ModelRef
+
+__all__ = ["check_offers"]
+
+#: ``validate`` answers that mean "this executor does not have this tool as offered".
+_MISMATCH = frozenset({FailureClass.TOOL_LOOKUP_FAILED, FailureClass.TOOL_DEFINITION_MISMATCH})
+_PROBE_RUN = "runx-preflight"
+
+
+async def check_offers(executor: Any, scope: str, *, model: ModelRef = "",
+                       tools: Sequence[Any] = ()) -> None:
+    """Refuse, before any Run is driven, offers the executor cannot serve (RUN-ACT-8).
+
+    *tools* are ToolOffers (``.spec()`` gives the ToolSpec the model is offered); *model*
+    is the default model ref ("" = none). Checkpoint: once per offer (``validate``).
+
+    Raises:
+        ToolOfferError: an offered tool is unknown to the executor or declared
+            differently there (attributes ``tool_ref``, ``failure``).
+        ModelUnavailableError: the executor refuses *model* (attributes ``model``,
+            ``failure``).
+        Any exception ``validate`` raises (a broken executor is found at open, too).
+    """
+    for offer in tools:
+        spec = offer.spec()
+        failure = await executor.validate(effect.Assignment(
+            session=scope, run_id=_PROBE_RUN, step_id="", call_id="", effect="",
+            target=None, body=effect.ToolAssignment(
+                tool_ref=spec.ref, definition_digest=spec.definition_digest,
+                arguments="{}", policy=spec.policy, replay=spec.replay,
+                placement=spec.placement)))
+        if failure is not None and failure.class_ in _MISMATCH:
+            raise ToolOfferError(
+                f"offered tool {spec.ref!r} (model name {spec.name!r}) does not match the "
+                f"executor: {failure.class_}: {failure.message}",
+                tool_ref=spec.ref, failure=failure)
+    if model:
+        failure = await executor.validate(effect.Assignment(
+            session=scope, run_id=_PROBE_RUN, step_id="", call_id="", effect="",
+            target=None, body=effect.ModelAssignment(model=model, request_digest="",
+                                                     request=None)))
+        if failure is not None:
+            raise ModelUnavailableError(
+                f"the executor does not serve model {model!r}: {failure.message}",
+                model=model, failure=failure)
