@@ -22,7 +22,12 @@ from ..protocol import facts as F
 from ..protocol.canonical import canonical_json_text, decode_frozen, typed_envelope
 from ..protocol.commit import CommitRequest, CommitResult, Snapshot, envelope
 from ..protocol.digests import decision_digest, digest_tool_response_payload
-from ..protocol.errors import CorruptRecordError, FrozenValueMissingError, ValidationError
+from ..protocol.errors import (
+    CorruptRecordError,
+    FrozenValueMissingError,
+    OwnershipLostError,
+    ValidationError,
+)
 from ..protocol.ids import derive_input_command_id, derive_response_command_id
 from ..protocol.plan import Prompt, PromptInput, waiting_calls
 from ..protocol.values import (
@@ -285,6 +290,22 @@ class Runtime:
         return self.runtime.hub.subscribe(run_id)
 
 
+def _ownership_lost(group: BaseExceptionGroup[Any]) -> OwnershipLostError | None:
+    """The first OwnershipLostError of *group* if every other leaf is one too or a
+    ``trio.Cancelled`` (the siblings it cancelled); else None (keep the group)."""
+    found: list[OwnershipLostError] = []
+
+    def walk(exc: BaseException) -> bool:
+        if isinstance(exc, BaseExceptionGroup):
+            return all(walk(e) for e in exc.exceptions)
+        if isinstance(exc, OwnershipLostError):
+            found.append(exc)
+            return True
+        return isinstance(exc, trio.Cancelled)
+
+    return found[0] if walk(group) and found else None
+
+
 @contextlib.asynccontextmanager
 async def open_runtime(store: Any, executor: Any, *, scope: str = "default",
                        settings: Settings | None = None, model: ModelRef = "",
@@ -308,7 +329,9 @@ async def open_runtime(store: Any, executor: Any, *, scope: str = "default",
 
     Raises: ToolOfferError (an offered tool the executor lacks or declares differently);
     ModelUnavailableError (the executor refuses *model*); the reconciler's configuration
-    errors; OwnershipLostError if another writer opens the scope meanwhile.
+    errors; OwnershipLostError if another writer opens the scope meanwhile — unwrapped,
+    never inside an ExceptionGroup, whether the body or a task of the runtime (the
+    reconciler's watch) met it first (RUN-ACT-5).
     """
     await check_offers(executor, scope, model=model, tools=tools)
     writer = await store.open(scope)
@@ -318,14 +341,20 @@ async def open_runtime(store: Any, executor: Any, *, scope: str = "default",
         recovered = await recover_interrupted(writer, rec)
         if builder is None:
             builder = TranscriptBuilder(writer, store.frozen, model, tools, system=system)
-        async with RunRuntime(writer, executor, settings, mailbox_size=mailbox_size,
-                              sink=sink) as rt:
-            nursery = rt._nursery
-            assert nursery is not None  # open inside the async with
-            nursery.start_soon(functools.partial(
-                rec.watch, rt.run_store, watcher=rt.watcher, on_outcome=rt.deliver),
-                name="runx-reconcile-watch")
-            yield Runtime(store, writer, rt, builder, recovered)
+        try:
+            async with RunRuntime(writer, executor, settings, mailbox_size=mailbox_size,
+                                  sink=sink) as rt:
+                nursery = rt._nursery
+                assert nursery is not None  # open inside the async with
+                nursery.start_soon(functools.partial(
+                    rec.watch, rt.run_store, watcher=rt.watcher, on_outcome=rt.deliver),
+                    name="runx-reconcile-watch")
+                yield Runtime(store, writer, rt, builder, recovered)
+        except BaseExceptionGroup as group:
+            lost = _ownership_lost(group)
+            if lost is None:
+                raise
+            raise lost from None  # RUN-ACT-5: one documented shape, unwrapped
     finally:
         with trio.CancelScope(shield=True):
             await writer.aclose()

@@ -493,3 +493,23 @@ async def test_run_act_8_frozen_unknown_model_error_names_ref(store, autojump_cl
         assert "gpt-typo" in str(info.value) and "cancel" in str(info.value)
         await env.app.cancel(RUN)  # the way out the message names
         assert (await env.state(RUN)).status is RunStatus.STOPPED
+
+
+# -- RUN-ACT-5: the one shape of OwnershipLostError out of open_runtime ------------------------
+
+
+async def test_run_act_5_ownership_lost_leaves_open_runtime_unwrapped(store,
+                                                                    autojump_clock) -> None:
+    """A fenced owner: the OwnershipLostError a drive raises leaves ``open_runtime``
+    itself, unwrapped (no ExceptionGroup around it)."""
+    from runx_actors.protocol.errors import OwnershipLostError
+
+    async with open_local_executor(models={MODEL: RoutingModel()}) as ex:
+        with pytest.raises(OwnershipLostError):
+            async with open_runtime(store, ex, scope=SCOPE, model=MODEL) as app:
+                await app.create_run(RUN, ["hello"])
+                other = await store.open(SCOPE)  # a second owner takes the scope
+                try:
+                    await app.drive(RUN)
+                finally:
+                    await other.aclose()
