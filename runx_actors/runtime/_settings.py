@@ -87,6 +87,20 @@ class Settings:
     section [D-2]; ``drain_timeout`` bounds how long a cancelled caller waits [D-1].
     ``max_tool_calls`` (0 = no budget) is the per-Run tool budget: calls past it are
     declined with a fact, never started.
+
+    Bounds on by default (RUN-ACT-7; 0 switches one off). Each ends the Run FAILED with
+    a typed stop reason — the failure class of its ``model_step_failed`` and
+    ``run_ended`` facts:
+
+    * ``max_model_resends`` (3): consecutive re-sends of a model request whose sends end
+      without a result (``deadline_exceeded`` or an unknown outcome), counted from the
+      log (so across restarts); the next such outcome ends the Run with
+      ``model_resend_limit``.
+    * ``max_model_steps`` (100): model steps per Run; a result asking for tool calls at
+      the cap ends the Run with ``model_step_limit``.
+    * ``max_tool_lookup_failures`` (3): consecutive tool steps with a
+      ``tool_lookup_failed`` call; the model naming an unknown tool once more ends the
+      Run with ``tool_lookup_limit``.
     """
 
     scheduling: ToolScheduling = attrs.field(default=ToolScheduling(), validator=_scheduling)
