@@ -313,6 +313,8 @@ async def test_run_act_6_transient_redispatch_error_is_not_given_up(transient: s
     ledger = MemoryDispatchLedger()
     decision = await plan(errors[transient], ledger)
     assert (decision.verdict, decision.retry) == (Verdict.DEFER, True)
+    # a closed runtime does not count against the budget; other errors do
+    assert decision.transient is (transient != "store-oserror")
     assert not (await ledger.load(key)).given_up
     refused = MemoryDispatchLedger()
     decision = await plan(DispatchRejectedError("no"), refused)
