@@ -199,6 +199,22 @@ class Mailbox:
             return message
         return None
 
+    def withdraw(self, message: Any) -> bool:
+        """Remove the queued external *message*; False if it is not queued (already
+        taken by the receiver). Not a checkpoint."""
+        external = self._external
+        if external is None:
+            return False
+        try:
+            external.remove(message)
+        except ValueError:
+            return False
+        if not external:
+            self._external = None
+        if self._room is not None:
+            self._room.unpark()
+        return True
+
     def empty(self) -> bool:
         return self._internal is None and self._external is None
 

@@ -296,6 +296,11 @@ class RunHandle:
         try:
             await request.done.wait()
         except trio.Cancelled as cancelled:
+            if actor.mailbox.withdraw(request):
+                # still queued, nothing done yet: withdraw it and return at once
+                actor.operations -= 1
+                actor.mailbox.put_internal_nowait(POKE)  # let an idle actor retire
+                raise
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(self.settings.settle_timeout):
                     await request.done.wait()
@@ -310,8 +315,10 @@ class RunHandle:
         """Settle *outcome* on this Run's actor and report what happened (§5.8).
 
         Checkpoint: always, even when the mailbox has room.
-        Cancellation: while waiting for a mailbox slot, nothing has been queued. Once the
-            message is queued, the settlement finishes shielded (at most
+        Cancellation: while waiting for a mailbox slot, nothing has been queued; a
+            message still queued (the actor busy with another request) is withdrawn and
+            Cancelled raised at once (RUN-ACT-3). Once the actor took the message, the
+            settlement finishes shielded (at most
             ``settings.settle_timeout``) and then Cancelled is raised (in a group with
             the operation's own error, if it failed: RUN-ACT-5).
         Returns: DELIVERED, FINISHED, or DROPPED (late, duplicate, stale, unknown Run).

@@ -515,3 +515,31 @@ async def test_run_act_5_ownership_lost_leaves_open_runtime_unwrapped(store,
                     await app.drive(RUN)
                 finally:
                     await other.aclose()
+
+
+async def test_run_act_3_cancelled_queued_caller_returns_promptly(store,
+                                                                   autojump_clock) -> None:
+    """A deliver queued behind a busy actor whose caller is cancelled is withdrawn and
+    returns at once — it does not wait ``settle_timeout`` for a turn it no longer needs."""
+    entered = trio.Event()
+    release = trio.Event()
+
+    class _Blocking:
+        async def build(self, hint: Any) -> Any:
+            entered.set()
+            await release.wait()
+            raise ValueError("released")
+
+    async with open_env(store, model=RoutingModel()) as env:
+        await env.app.create_run(RUN, ["hello"])
+        handle = env.runtime.run(RUN)
+        async with trio.open_nursery() as nursery:
+            driver = start(nursery, handle.drive, _Blocking())
+            await entered.wait()
+            with trio.fail_after(5):  # far below settle_timeout (30 s)
+                with trio.move_on_after(1) as scope:
+                    await handle.deliver(_bogus_outcome())
+            assert scope.cancelled_caught
+            assert env.runtime.statistics()[0].mailbox.external_used == 0
+            release.set()
+        assert isinstance(driver.error, ValueError)
