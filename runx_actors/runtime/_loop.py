@@ -328,10 +328,8 @@ class LoopContext:
                 model=step.model, request_digest=step.request_digest, request=None))
         failure = await self._validate(assignment)
         if failure is not None:
-            raise ModelUnavailableError(
-                f"the executor cannot serve model {step.model!r}: {failure.message} "
-                "(the prepared step froze this ref: fail or cancel the Run, or serve it)",
-                failure=failure, model=step.model)
+            raise ModelUnavailableError("the executor cannot serve this model",
+                                        failure=failure, model=step.model)
         with self._shield():
             result = await self.commit(snapshot.position, derive_start_command_id(eff),
                                        C.StartModelExecution(step.id, eff))

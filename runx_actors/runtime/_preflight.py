@@ -57,6 +57,5 @@ async def check_offers(executor: Any, scope: str, *, model: ModelRef = "",
             target=None, body=effect.ModelAssignment(model=model, request_digest="",
                                                      request=None)))
         if failure is not None:
-            raise ModelUnavailableError(
-                f"the executor does not serve model {model!r}: {failure.message}",
-                model=model, failure=failure)
+            raise ModelUnavailableError("open_runtime: the executor refuses the default model",
+                                        model=model, failure=failure)
