@@ -543,3 +543,28 @@ async def test_run_act_3_cancelled_queued_caller_returns_promptly(store,
             assert env.runtime.statistics()[0].mailbox.external_used == 0
             release.set()
         assert isinstance(driver.error, ValueError)
+
+
+async def test_run_act_1_model_validate_raising_is_a_typed_refusal(store,
+                                                                  autojump_clock) -> None:
+    """``executor.validate`` raising for a model step is a refusal like any other: the
+    drive raises ModelUnavailableError (the step stays PREPARED, nothing started); the
+    other Run completes."""
+    from runx_actors.protocol.errors import ModelUnavailableError
+
+    async def poisoned(assignment: Any) -> None:
+        await trio.lowlevel.checkpoint()
+        if isinstance(assignment.body, effect.ModelAssignment) and assignment.run_id == RUN:
+            raise RuntimeError("catalog lookup crashed")
+
+    async with open_env(store, model=RoutingModel(), proxy=True) as env:
+        env.executor.on_validate = poisoned
+        await env.app.create_run(RUN, ["hello"])
+        await env.app.create_run(OTHER, ["hello"])
+        async with trio.open_nursery() as nursery:
+            bad = start(nursery, env.drive, RUN)
+            good = start(nursery, env.drive, OTHER)
+        assert good.error is None and (await env.state(OTHER)).status is RunStatus.COMPLETED
+        assert isinstance(bad.error, ModelUnavailableError), bad.error
+        assert "RuntimeError" in str(bad.error)
+        assert F.ModelStepStarted not in kinds(await env.facts(RUN))
