@@ -71,20 +71,17 @@ class WriterStatistics(GroupStatistics):
     (accepted or refused), ``accepted`` the commits that appended, ``largest_group`` the
     most jobs in one transaction, ``queued`` the jobs waiting right now,
     ``fallback_groups`` the groups whose multi-row write failed and that were re-run job
-    by job.
+    by job, ``in_flight`` the jobs submitted whose answer trio has not received yet
+    (queued, being written, or answered but not yet handed back to the trio loop).
     """
 
     fallback_groups: int = 0
+    in_flight: int = 0
 
 
 _STOP = object()
 #: At most this many digests are remembered as committed (then forgotten at once).
 _FROZEN_KNOWN_MAX = 65536
-
-
-def _wake(jobs: Sequence[Job[Any]]) -> None:
-    for job in jobs:
-        job.done.set()
 
 
 class WriterThread:
@@ -115,6 +112,8 @@ class WriterThread:
         #: ``COMMIT``. Lets tests hold a transaction open.
         self.before_commit: Callable[[], None] | None = None
         self._died: BaseException | None = None
+        #: Jobs submitted and not yet woken; touched only on the trio thread.
+        self._in_flight = 0
 
     @property
     def thread(self) -> threading.Thread:
@@ -131,6 +130,7 @@ class WriterThread:
         """
         if self._died is not None:
             raise RuntimeError("the store's writer thread died") from self._died
+        self._in_flight += 1
         self._queue.put(job)
 
     def stop(self) -> None:
@@ -139,8 +139,14 @@ class WriterThread:
     def statistics(self) -> WriterStatistics:
         return WriterStatistics(
             **self._counters.fields(), queued=self._queue.qsize(),
-            fallback_groups=self._fallbacks,
+            fallback_groups=self._fallbacks, in_flight=self._in_flight,
         )
+
+    def _wake(self, jobs: Sequence[Job[Any]]) -> None:
+        """Runs on the trio thread (``run_sync_soon``): hand the answers back."""
+        self._in_flight -= len(jobs)
+        for job in jobs:
+            job.done.set()
 
     # -- the thread ------------------------------------------------------------------
 
@@ -188,7 +194,7 @@ class WriterThread:
                                     reason="sqlite")
                 job.error.__cause__ = cause
         try:
-            self._token.run_sync_soon(_wake, jobs)
+            self._token.run_sync_soon(self._wake, jobs)
         except trio.RunFinishedError:  # pragma: no cover - the store outlived its trio run
             pass
 

@@ -84,6 +84,11 @@ class _ReaderPool:
         self._idle: list[Any] = []
         self._closed = False
 
+    @property
+    def in_flight(self) -> int:
+        """Reads running on (or waiting for) a reader thread."""
+        return int(self._limiter.borrowed_tokens) + int(self._limiter.statistics().tasks_waiting)
+
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(conn, *args)`` in a worker thread. Checkpoint.
 
@@ -165,8 +170,14 @@ class SqliteStore(SqlStoreBase[WriterState]):
         return self._writer.thread
 
     def statistics(self) -> WriterStatistics:
-        """Counters of the writer thread (transactions, jobs, group sizes)."""
+        """Counters of the writer thread (transactions, jobs, group sizes, jobs in flight)."""
         return self._writer.statistics()
+
+    def io_in_flight(self) -> int:
+        """Operations handed to a thread whose answer trio has not received yet: writer
+        jobs in flight plus reads running on reader threads. A count, never blocks; used
+        by test clocks that must not jump virtual time while real I/O is running."""
+        return self._writer.statistics().in_flight + self._readers.in_flight
 
     def set_before_commit_hook(self, hook: Callable[[], None] | None) -> None:
         """Test hook run in the writer thread right before each ``COMMIT``."""

@@ -5,25 +5,26 @@
 that asks for it runs on a ``trio.testing.MockClock``.
 
 The SQLite store answers from its writer thread. While the trio loop waits for that
-thread every task is blocked, and a clock with ``autojump_threshold=0`` would jump
-straight to the next deadline (the ``settle_timeout`` of a shielded section) and fire it.
-So over SQLite the clock jumps only after the loop has been idle for a short while;
-virtual time still advances only by jumps, never with the wall clock.
+thread every task is blocked, and a plain ``MockClock`` would jump straight to the next
+deadline (the ``settle_timeout`` of a shielded section) and fire it, however long the real
+fsync takes on a loaded machine. So over SQLite the clock is a :class:`StoreAwareClock`: it
+jumps only after the loop has been idle for a short while *and* the store has no I/O in
+flight (``SqliteStore.io_in_flight()``); virtual time still advances only by jumps, never
+with the wall clock.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio.testing
+from runtime_harness import SQLITE_AUTOJUMP_THRESHOLD, StoreAwareClock
 
 from runx_actors.store.memory import MemoryStore
-
-#: Real seconds of idleness before the mock clock jumps, over SQLite (see module doc).
-SQLITE_AUTOJUMP_THRESHOLD = 0.25
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -35,12 +36,13 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def autojump_clock(store_kind: str) -> trio.testing.MockClock:
-    threshold = 0.0 if store_kind == "memory" else SQLITE_AUTOJUMP_THRESHOLD
-    return trio.testing.MockClock(autojump_threshold=threshold)
+    if store_kind == "memory":
+        return trio.testing.MockClock(autojump_threshold=0)
+    return StoreAwareClock(SQLITE_AUTOJUMP_THRESHOLD).clock
 
 
 @pytest.fixture
-def store_factory(store_kind: str, tmp_path: Path) -> Any:
+def store_factory(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
     """``async with store_factory() as store``: a fresh store of the parametrized kind.
 
     Calling it again over SQLite opens the same database file again (a process
@@ -52,11 +54,26 @@ def store_factory(store_kind: str, tmp_path: Path) -> Any:
     def factory() -> Any:
         if store_kind == "memory":
             return _Same(memory)
-        from runx_actors.store.sqlite import open_sqlite_store
-
-        return open_sqlite_store(tmp_path / "runs.sqlite")
+        clock = (request.getfixturevalue("autojump_clock")
+                 if "autojump_clock" in request.fixturenames else None)
+        return _sqlite(tmp_path / "runs.sqlite", clock)
 
     return factory
+
+
+@contextlib.asynccontextmanager
+async def _sqlite(path: Path, clock: object) -> AsyncIterator[Any]:
+    """Open the SQLite store at *path*, registered with *clock* while open."""
+    from runx_actors.store.sqlite import open_sqlite_store
+
+    async with open_sqlite_store(path) as opened:
+        aware = getattr(clock, "store_aware", None)
+        probes = aware.probes if isinstance(aware, StoreAwareClock) else []
+        probes.append(opened.io_in_flight)
+        try:
+            yield opened
+        finally:
+            probes.remove(opened.io_in_flight)
 
 
 class _Same:

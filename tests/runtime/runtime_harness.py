@@ -6,12 +6,14 @@ mock clock of the test.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
 import trio
+import trio.testing
 
 from runx_actors import effect
 from runx_actors.executors import ScriptedModel, python_tool
@@ -456,3 +458,41 @@ async def open_wrapped_env(store: Any, *, tools: Sequence[Any] = (), model: Any 
         finally:
             with trio.CancelScope(shield=True):
                 await inner.aclose()
+
+
+# -- the SQLite tests' clock (see conftest.py) -----------------------------------------
+
+#: Real seconds of idleness before the mock clock jumps, over SQLite (see module doc).
+SQLITE_AUTOJUMP_THRESHOLD = 0.05
+#: Real seconds a jump may be held back by I/O in flight before the clock jumps anyway
+#: (a store that never answers must still reach the test's own deadline).
+MAX_IO_HOLD = 20.0
+
+
+class StoreAwareClock:
+    """Holds a MockClock's autojump back while a registered store has I/O in flight.
+
+    trio's ``MockClock`` cannot be subclassed, so this wraps the clock's own ``_autojump``
+    on the instance. ``probes`` are callables returning the number of operations a store
+    has handed to a thread and not yet answered; while any is non-zero an autojump is held
+    back (for at most :data:`MAX_IO_HOLD` real seconds), so a deadline fires only when the
+    loop is idle for a reason of virtual time, not because a real fsync is slow.
+    """
+
+    def __init__(self, autojump_threshold: float) -> None:
+        self.clock = trio.testing.MockClock(autojump_threshold=autojump_threshold)
+        self.probes: list[Callable[[], int]] = []
+        self._held_since: float | None = None
+        self._jump = self.clock._autojump
+        self.clock._autojump = self._autojump  # type: ignore[method-assign]
+        self.clock.store_aware = self  # type: ignore[attr-defined]
+
+    def _autojump(self) -> None:
+        if any(probe() for probe in self.probes):
+            now = time.monotonic()
+            if self._held_since is None:
+                self._held_since = now
+            if now - self._held_since < MAX_IO_HOLD:
+                return
+        self._held_since = None
+        self._jump()
