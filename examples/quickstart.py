@@ -9,9 +9,7 @@ import json
 
 import trio
 
-from runx_actors.executors import call_tools, open_local_executor, python_tool, reply, tool_call
-from runx_actors.runtime import open_runtime
-from runx_actors.store.sqlite import open_sqlite_store
+from runx_actors.app import call_tools, open_sqlite_runtime, python_tool, reply, tool_call
 
 
 def add(a: float, b: float) -> float:
@@ -42,17 +40,21 @@ class TinyModel:
 
 
 async def main() -> None:
-    async with open_sqlite_store("quickstart.sqlite3") as store, \
-            open_local_executor(tools=[adder], models={"tiny": TinyModel()}) as executor, \
-            open_runtime(store, executor, scope="quickstart", model="tiny",
-                         tools=[adder]) as rt:
+    # store (SQLite file) + local executor + runtime in one block; the three parts are
+    # also available separately (open_sqlite_store, open_local_executor, open_runtime)
+    async with open_sqlite_runtime("quickstart.sqlite3", scope="quickstart", model="tiny",
+                                   models={"tiny": TinyModel()}, tools=[adder]) as rt:
         # Idempotent: creation is committed under the id "create:run-1"; a second
-        # invocation replays it (ALREADY_APPLIED) instead of creating a second Run.
-        await rt.create_run("run-1", ["What is 2 + 3?"])
+        # invocation replays it (created.status is ALREADY_APPLIED) instead of creating
+        # a second Run; other inputs under the same id would raise RunConflictError.
+        created = await rt.create_run("run-1", ["What is 2 + 3?"])
         result = await rt.drive("run-1")
         print(result.disposition.value, result.result.status.value)
-        for fact in await rt.writer.run_facts("run-1"):
-            print(" ", fact.WIRE_NAME)
+        print("answer:", result.answer.text)
+        async for event in rt.events("run-1"):  # the whole log, then live; ends at the end
+            for fact in event.committed:
+                print(" ", fact.WIRE_NAME)
+        del created
 
 
 if __name__ == "__main__":

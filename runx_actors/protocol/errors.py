@@ -63,6 +63,7 @@ __all__ = [
     "SchemaVersionError",
     "CorruptStoreError",
     "CorruptRecordError",
+    "RunConflictError",
 ]
 
 
@@ -150,6 +151,13 @@ class DecodeError(ValidationError):
 
 class RunExistsError(RunxError):
     """``create_run`` for a RunID whose stream already exists (RUN-NEW-1, INV-1)."""
+
+
+class RunConflictError(CommandConflictError):
+    """``Runtime.create_run`` for an existing RunID under the same commit id but with other
+    inputs or causation (APP-NEW-1): nothing was written, the new inputs were not accepted.
+    Attributes: ``run_id``, ``commit_id``, ``existing`` and ``requested`` (tuples of input
+    digests)."""
 
 
 class OwnershipLostError(RunxError):

@@ -7,7 +7,11 @@ takeover; ``open_runtime`` is the entry point applications meet first.
 
 from ._actor import ActorStatistics as ActorStatistics
 from ._app import AGENT_INPUT as AGENT_INPUT
+from ._app import Created as Created
+from ._app import PromptBuilder as PromptBuilder
 from ._app import Runtime as Runtime
+from ._app import RuntimeStore as RuntimeStore
+from ._app import ScopeWriter as ScopeWriter
 from ._app import ToolOffer as ToolOffer
 from ._app import TranscriptBuilder as TranscriptBuilder
 from ._app import accept_input as accept_input
@@ -39,8 +43,13 @@ from ._reconcile import Reconciler as Reconciler
 from ._reconcile import Verdict as Verdict
 from ._reconcile import assignment_from_target as assignment_from_target
 from ._reconcile import recover_interrupted as recover_interrupted
+from ._results import AWAITING_APPROVAL as AWAITING_APPROVAL
+from ._results import AWAITING_APPROVAL_OR_RESPONSE as AWAITING_APPROVAL_OR_RESPONSE
+from ._results import AWAITING_RESPONSE as AWAITING_RESPONSE
+from ._results import Answer as Answer
 from ._results import LoopDisposition as LoopDisposition
 from ._results import LoopResult as LoopResult
+from ._results import WaitingCall as WaitingCall
 from ._runtime import RunHandle as RunHandle
 from ._runtime import RunRuntime as RunRuntime
 from ._settings import DispatchPolicy as DispatchPolicy
@@ -56,7 +65,9 @@ __all__ = [
     "MODEL_STEP_LIMIT", "TOOL_LOOKUP_LIMIT", "MailboxStatistics", "Decision",
     "MissingPolicy", "Reconciler", "Verdict", "assignment_from_target",
     "recover_interrupted", "LoopDisposition", "LoopResult", "RunHandle", "RunRuntime",
-    "DispatchPolicy", "Settings", "TargetRequest",
+    "DispatchPolicy", "Settings", "TargetRequest", "Created", "PromptBuilder",
+    "RuntimeStore", "ScopeWriter", "Answer", "WaitingCall", "AWAITING_APPROVAL",
+    "AWAITING_RESPONSE", "AWAITING_APPROVAL_OR_RESPONSE",
 ]
 
 for _name in __all__:

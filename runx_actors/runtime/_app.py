@@ -1,10 +1,11 @@
 """The application surface: helpers of §5.12, the transcript prompt builder, and
-``open_runtime`` (architecture §3).
+``open_runtime`` (architecture §3; APP-RES-1 … APP-EVT-1).
 
 ``open_runtime`` opens the scope (bumping its epoch: this process is now the single
 writer), runs takeover reconciliation once for Runs a previous owner left EXECUTING, and
-starts the RunRuntime. Leaving the block cancels actors cleanly; settlements in flight
-finish inside shielded, time-limited scopes.
+starts the actor runtime. Leaving the block cancels actors cleanly; settlements in flight
+finish inside shielded, time-limited scopes. ``runx_actors.app.open_sqlite_runtime`` does
+the common case (SQLite store + local executor + runtime) in one ``async with``.
 """
 
 from __future__ import annotations
@@ -17,19 +18,29 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from .. import effect
 from ..protocol import commands as C
 from ..protocol import facts as F
-from ..protocol.canonical import canonical_json_text, decode_frozen, typed_envelope
-from ..protocol.commit import CommitRequest, CommitResult, Snapshot, envelope
+from ..protocol._codec import encode_value
+from ..protocol.canonical import (
+    canonical_json_text,
+    decode_frozen,
+    parse_json_strict,
+    typed_envelope,
+)
+from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot, envelope
 from ..protocol.digests import decision_digest, digest_tool_response_payload
 from ..protocol.errors import (
     CorruptRecordError,
     FrozenValueMissingError,
     OwnershipLostError,
+    RunConflictError,
+    RunNotFoundError,
     ValidationError,
 )
 from ..protocol.ids import derive_input_command_id, derive_response_command_id
 from ..protocol.plan import Prompt, PromptInput, waiting_calls
+from ..protocol.state import MachineState, ToolStep
 from ..protocol.values import (
     AgentInput,
     ModelRef,
@@ -38,24 +49,47 @@ from ..protocol.values import (
     ResponseKind,
     ResponseRequest,
     RunID,
+    RunStatus,
     ToolDefinition,
     ToolSpec,
 )
-from ._events import Event, EventSink
+from ..store.base import ForeignEvent, FrozenStore, RunStore, SessionReader, SessionWriter
+from ._events import Durability, Event, EventKind, EventSink, safe_emit
 from ._preflight import check_offers
 from ._reconcile import Reconciler, recover_interrupted
-from ._results import LoopResult
+from ._results import (
+    AWAITING_APPROVAL,
+    AWAITING_APPROVAL_OR_RESPONSE,
+    AWAITING_RESPONSE,
+    Answer,
+    LoopDisposition,
+    LoopResult,
+    WaitingCall,
+)
 from ._runtime import RunRuntime
 from ._settings import Settings
 
 __all__ = [
     "approve", "reject", "answer", "accept_input", "cancel_run", "TranscriptBuilder",
-    "ToolOffer", "Runtime", "open_runtime", "input_body", "AGENT_INPUT",
+    "ToolOffer", "Runtime", "open_runtime", "input_body", "read_answer", "waiting_for",
+    "AGENT_INPUT", "Created", "ScopeWriter", "RuntimeStore", "PromptBuilder",
 ]
 
 
 #: Frozen body type of an input's text: ``{"text": str}``.
 AGENT_INPUT = "agent_input"
+
+
+def _ints(value: Any) -> Any:
+    """JSON as written: strict parsing yields floats for every number; integral ones
+    (within ±2**53) come back as ``int`` (``42``, not ``42.0``)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53 - 1:
+        return int(value)
+    if isinstance(value, list):
+        return [_ints(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _ints(v) for k, v in value.items()}
+    return value
 
 
 def input_body(text: str) -> tuple[AgentInput, bytes]:
@@ -66,30 +100,70 @@ def input_body(text: str) -> tuple[AgentInput, bytes]:
     return AgentInput.text("", text), typed_envelope(AGENT_INPUT, {"text": text})
 
 
-async def _commit(store: Any, run_id: RunID, command_id: str, command: C.Command) -> CommitResult:
-    result: CommitResult = await store.commit(
-        CommitRequest(0, envelope(run_id, command_id, command)))
-    return result
+# -- the ports the facade needs ------------------------------------------------------------
 
 
-async def approve(store: Any, request: ResponseRequest) -> CommitResult:
-    """Approve a WAITING(approval) call under its derived ids (§5.12, RUN-MCH-4)."""
+class ScopeWriter(SessionWriter, SessionReader, Protocol):
+    """A scope's writer as the facade uses it: the :class:`SessionWriter` port plus its
+    reads (:class:`SessionReader`). The SQLite, PostgreSQL and memory stores' writers all
+    are one (architecture §4)."""
+
+
+class RuntimeStore(Protocol):
+    """The store ``open_runtime`` takes (architecture §4; spec §4.5): ``open(scope)``
+    bumps the scope's epoch and returns its single writer; ``frozen`` holds
+    content-addressed bodies. ``MemoryStore``, ``open_sqlite_store(...)`` and
+    ``open_postgres_store(...)`` give one."""
+
+    async def open(self, scope: str) -> ScopeWriter: ...
+
+    @property
+    def frozen(self) -> FrozenStore: ...
+
+
+class PromptBuilder(Protocol):
+    """Builds the next model request of a Run (§5.6): ``build(hint)`` gets the planner's
+    hint (run id, pending inputs, source step) and returns the Prompt to prepare."""
+
+    async def build(self, hint: PromptInput) -> Prompt: ...
+
+
+# -- module-level helpers (§5.12) -------------------------------------------------------
+
+
+async def _commit(store: RunStore, run_id: RunID, command_id: str,
+                  command: C.Command) -> CommitResult:
+    return await store.commit(CommitRequest(0, envelope(run_id, command_id, command)))
+
+
+async def approve(store: RunStore, request: ResponseRequest) -> CommitResult:
+    """Approve a WAITING(approval) call under its derived ids (§5.12, RUN-MCH-4).
+
+    Idempotent (a repeat returns ALREADY_APPLIED). Raises StaleRuntimeError (the call
+    no longer waits), RunTerminalError, OwnershipLostError; nothing is written then.
+    """
     return await _commit(store, request.run_id, derive_response_command_id(
         request.run_id, request.step_id, request.call_id, request.id), C.ApproveToolCall(
         step_id=request.step_id, call_id=request.call_id, response_id=request.id,
         response_digest=decision_digest(ResponseKind.APPROVAL, "approved", "")))
 
 
-async def reject(store: Any, request: ResponseRequest, reason: str) -> CommitResult:
-    """Reject a WAITING call; it fails KNOWN (permission_denied / response_rejected)."""
+async def reject(store: RunStore, request: ResponseRequest, reason: str) -> CommitResult:
+    """Reject a WAITING call; it fails KNOWN (permission_denied / response_rejected).
+
+    Raises as :func:`approve`.
+    """
     return await _commit(store, request.run_id, derive_response_command_id(
         request.run_id, request.step_id, request.call_id, request.id), C.RejectToolCall(
         step_id=request.step_id, call_id=request.call_id, response_id=request.id,
         response_digest=decision_digest(request.kind, "rejected", reason), reason=reason))
 
 
-async def answer(store: Any, request: ResponseRequest, payload: Any) -> CommitResult:
-    """Answer a WAITING(external_response) call with the JSON value *payload*."""
+async def answer(store: RunStore, request: ResponseRequest, payload: Any) -> CommitResult:
+    """Answer a WAITING(external_response) call with the JSON value *payload*.
+
+    Raises CanonicalJSONError (not JSON), else as :func:`approve`.
+    """
     text = canonical_json_text(payload)
     return await _commit(store, request.run_id, derive_response_command_id(
         request.run_id, request.step_id, request.call_id, request.id), C.SubmitToolResponse(
@@ -97,14 +171,22 @@ async def answer(store: Any, request: ResponseRequest, payload: Any) -> CommitRe
         response_digest=digest_tool_response_payload(text), payload=text))
 
 
-async def accept_input(store: Any, run_id: RunID, inputs: Sequence[AgentInput]) -> CommitResult:
-    """Queue *inputs* under the derived input command id (RUN-LOP-8)."""
+async def accept_input(store: RunStore, run_id: RunID,
+                       inputs: Sequence[AgentInput]) -> CommitResult:
+    """Queue *inputs* under the derived input command id (RUN-LOP-8).
+
+    Raises CommandConflictError (a duplicate input id), RunTerminalError,
+    OwnershipLostError.
+    """
     return await _commit(store, run_id, derive_input_command_id(run_id, *(i.id for i in inputs)),
                          C.AcceptInput(tuple(inputs)))
 
 
-async def cancel_run(store: Any, run_id: RunID, command_id: str) -> CommitResult:
-    """Commit CancelRun (RUN-LOP-2); derive *command_id* from your request id."""
+async def cancel_run(store: RunStore, run_id: RunID, command_id: str) -> CommitResult:
+    """Commit CancelRun (RUN-LOP-2); derive *command_id* from your request id.
+
+    Raises RunTerminalError (the Run ended before), OwnershipLostError.
+    """
     return await _commit(store, run_id, command_id, C.CancelRun("cancelled"))
 
 
@@ -124,9 +206,10 @@ class TranscriptBuilder:
     ``agent_input`` bodies), completed model steps as ``assistant`` messages (content and
     tool calls from the frozen model result), and settled calls as ``tool`` messages
     (output, answer, or error). Withdrawn, recovered and rejected steps leave no message.
+    Tool outputs and answers are the JSON the tool returned (``42`` stays an int).
     """
 
-    def __init__(self, writer: Any, frozen: Any, model: ModelRef,
+    def __init__(self, writer: SessionReader, frozen: FrozenStore, model: ModelRef,
                  tools: Sequence[ToolOffer] = (), *, system: str = "",
                  require_inputs: bool = False) -> None:
         self._writer = writer
@@ -137,7 +220,7 @@ class TranscriptBuilder:
         self.system = system
 
     async def _body(self, digest: str, type_name: str) -> Any:
-        """The frozen body *digest* of type *type_name*.
+        """The frozen body *digest* of type *type_name*, integral numbers as ``int``.
 
         An ``agent_input`` body is frozen by whoever submits the input (``input_body``),
         not by the store, so a missing one gives None (the message shows ``[input id]``)
@@ -150,7 +233,7 @@ class TranscriptBuilder:
                 ``row`` = the digest). No placeholder is substituted for them.
         """
         try:
-            return decode_frozen(type_name, digest, await self._frozen.get(digest))
+            return _ints(decode_frozen(type_name, digest, await self._frozen.get(digest)))
         except FrozenValueMissingError as exc:
             if type_name == AGENT_INPUT and not self._require_inputs:
                 return None
@@ -159,6 +242,13 @@ class TranscriptBuilder:
                                      reason="missing") from exc
 
     async def messages(self, run_id: RunID) -> list[dict[str, Any]]:
+        """The messages of *run_id* as the model sees them (see the class docstring):
+        ``{"role": "system"|"user"|"assistant"|"tool", "content": …}``, assistant
+        messages with ``toolCalls``, tool messages with ``toolCallId`` (the provider's
+        id), ``callId`` and ``content`` or ``error`` (``{"class", "message"}``).
+
+        Raises RunNotFoundError; CorruptRecordError; DecodeError for a damaged body.
+        """
         msgs: list[dict[str, Any]] = []
         if self.system:
             msgs.append({"role": "system", "content": self.system})
@@ -202,23 +292,124 @@ class TranscriptBuilder:
                       tools=tuple(t.spec() for t in self.tools))
 
 
+# -- reads shared by the facade and the inspection CLI ----------------------------------
+
+
+async def read_answer(reader: SessionReader, frozen: FrozenStore,
+                      run_id: RunID) -> Answer | None:
+    """The last completed model step of *run_id* as an :class:`Answer`; None when no
+    model step completed (APP-RES-1). Raises RunNotFoundError, DecodeError,
+    CorruptRecordError (its frozen result is missing: RUN-STO-4)."""
+    last: F.ModelStepCompleted | None = None
+    for fact in await reader.run_facts(run_id):
+        if isinstance(fact, F.ModelStepCompleted):
+            last = fact
+    if last is None:
+        return None
+    try:
+        body = _ints(decode_frozen("model_result", last.result_digest,
+                                   await frozen.get(last.result_digest)))
+    except FrozenValueMissingError as exc:  # the store froze it with the fact: damage
+        raise CorruptRecordError(f"the frozen body {last.result_digest} (model_result) is "
+                                 "missing", table="frozen", row=last.result_digest,
+                                 digest=last.result_digest, reason="missing") from exc
+    body = dict(body) if isinstance(body, dict) else {}
+    text = body.pop("content", "")
+    calls = body.pop("toolCalls", [])
+    return Answer(text=text if isinstance(text, str) else canonical_json_text(text),
+                  step_id=last.step_id, structured=body,
+                  tool_calls=tuple(c for c in calls if isinstance(c, dict)),
+                  finish_reason=last.finish_reason)
+
+
+def waiting_for(state: MachineState) -> tuple[WaitingCall, ...]:
+    """The calls *state* waits for, in call order, with tool and decoded arguments
+    (APP-RES-2); () when nothing waits."""
+    cur = state.current
+    calls = {c.call_id: c for c in cur.calls} if isinstance(cur, ToolStep) else {}
+    out = []
+    for request in waiting_calls(state):
+        call = calls.get(request.call_id)
+        args_text = call.arguments if call is not None else request.payload
+        try:
+            args: Any = _ints(parse_json_strict(args_text))
+        except Exception:  # arguments are frozen canonical JSON; keep the text otherwise
+            args = args_text
+        out.append(WaitingCall(call_id=request.call_id, tool=call.tool_ref if call else "",
+                               arguments=args, kind=request.kind, step_id=request.step_id,
+                               request=request))
+    return tuple(out)
+
+
+def waiting_reason(calls: Sequence[WaitingCall]) -> str:
+    """``awaiting_approval`` / ``awaiting_response`` / ``awaiting_approval_or_response``
+    for *calls*; ``""`` for none."""
+    kinds = {c.kind for c in calls}
+    if not kinds:
+        return ""
+    if kinds == {ResponseKind.APPROVAL}:
+        return AWAITING_APPROVAL
+    if kinds == {ResponseKind.EXTERNAL_RESPONSE}:
+        return AWAITING_RESPONSE
+    return AWAITING_APPROVAL_OR_RESPONSE
+
+
+@attrs.frozen(kw_only=True)
+class Created:
+    """What :meth:`Runtime.create_run` did (APP-NEW-1): ``status`` is ACCEPTED (this call
+    created the Run) or ALREADY_APPLIED (it existed with the same inputs: a replay);
+    ``snapshot`` the Run's state and position after creation (for a replay: now)."""
+
+    run_id: RunID
+    status: CommitStatus
+    snapshot: Snapshot
+
+    @property
+    def created(self) -> bool:
+        """True iff this call created the Run."""
+        return self.status is CommitStatus.ACCEPTED
+
+
 @attrs.define
 class Runtime:
-    """What ``open_runtime`` yields: the application's handle on one scope."""
+    """What ``open_runtime`` yields: the application's handle on one scope.
 
-    store: Any
-    writer: Any
+    ``store`` is the store given to ``open_runtime``; ``writer`` the scope's writer
+    (epoch ``writer.epoch``); ``runtime`` the actor layer (:class:`RunRuntime`; one actor
+    per Run being operated on); ``builder`` the default PromptBuilder; ``recovered`` how
+    many Runs takeover reconciliation settled at open (RUN-CMT-7).
+
+    Every write goes through the commit path with derived ids, so each method is
+    idempotent; a refused command writes nothing and raises (``StaleRuntimeError``,
+    ``RunTerminalError``, ``RunNotFoundError``). After another process opened the same
+    scope every write raises ``OwnershipLostError`` (attributes ``scope``, ``epoch``,
+    ``current``).
+    """
+
+    store: RuntimeStore
+    writer: ScopeWriter
     runtime: RunRuntime
-    builder: Any
+    builder: PromptBuilder
     recovered: int = 0
 
     @property
     def scope(self) -> str:
+        """The scope this runtime owns."""
         return str(self.writer.scope)
 
     @property
-    def run_store(self) -> Any:
-        return self.runtime.run_store
+    def run_store(self) -> RunStore:
+        """The transactional RunStore port bound to this writer (RUN-CMT-1)."""
+        store: RunStore = self.runtime.run_store
+        return store
+
+    def _notify(self, run_id: RunID, command_id: str, result: CommitResult) -> None:
+        """Announce an application command's commit to the hub (and the runtime's sink)
+        so ``events`` streams it (APP-EVT-1)."""
+        sink = self.runtime.sink_for(None)
+        safe_emit(sink, Event(kind=EventKind.AGENT_COMMITTED, durability=Durability.COMMITTED,
+                              session=self.scope, run_id=run_id, committed=result.facts,
+                              command_id=command_id))
 
     async def _inputs(self, run_id: RunID, texts: Sequence[str | AgentInput],
                       first: int) -> tuple[AgentInput, ...]:
@@ -234,60 +425,241 @@ class Runtime:
 
     async def create_run(self, run_id: RunID, inputs: Sequence[str | AgentInput] = (), *,
                          commit_id: str = "", causation_id: str = "",
-                         extra_events: Sequence[Any] = ()) -> Snapshot:
-        """Create a Run with text (or AgentInput) inputs; idempotent under *commit_id*
-        (default ``"create:" + run_id``). Raises RunExistsError, ValidationError."""
-        items = await self._inputs(run_id, inputs, 0)
-        result = await self.writer.create_run(NewRun(run_id, causation_id), items,
-                                              commit_id=commit_id or f"create:{run_id}",
-                                              extra_events=extra_events)
-        return result.snapshot  # type: ignore[no-any-return]
+                         extra_events: Sequence[ForeignEvent] = ()) -> Created:
+        """Create the Run *run_id* with text (or AgentInput) *inputs* (RUN-NEW-1,
+        APP-NEW-1).
 
-    async def drive(self, run_id: RunID, *, builder: Any = None, settings: Settings | None = None,
+        Text inputs get the ids ``<run_id>/input-<n>`` (0-based) and their bodies are
+        frozen first. Idempotent under *commit_id* (default ``"create:" + run_id``): the
+        same call again returns ``Created(status=ALREADY_APPLIED)`` and writes nothing.
+
+        Raises:
+            RunConflictError: the Run exists under this commit id with other inputs or
+                another causation id (nothing written; attributes ``existing``,
+                ``requested``: the input digests).
+            RunExistsError: the Run exists under another commit id.
+            ValidationError: an empty or non-UTF-8 id, foreign events on ``run/``.
+            OwnershipLostError: another writer opened the scope.
+        """
+        items = await self._inputs(run_id, inputs, 0)
+        cid = commit_id or f"create:{run_id}"
+        result = await self.writer.create_run(NewRun(run_id, causation_id), items,
+                                              commit_id=cid, extra_events=extra_events)
+        if result.status is CommitStatus.ALREADY_APPLIED:
+            existing = tuple((f.input.id, f.input.digest) for f in result.facts
+                             if isinstance(f, F.InputAccepted))
+            requested = tuple((i.id, i.digest) for i in items)
+            created = next((f for f in result.facts if isinstance(f, F.RunCreated)), None)
+            same_cause = created is None or created.causation_id == causation_id
+            if existing != requested or not same_cause:
+                raise RunConflictError(
+                    f"run {run_id!r} exists under {cid!r} with other inputs", run_id=run_id,
+                    commit_id=cid, existing=tuple(d for _, d in existing),
+                    requested=tuple(d for _, d in requested))
+        self._notify(run_id, cid, result)
+        return Created(run_id=run_id, status=result.status, snapshot=result.snapshot)
+
+    async def drive(self, run_id: RunID, *, builder: PromptBuilder | None = None,
+                    settings: Settings | None = None,
                     sink: EventSink | None = None) -> LoopResult:
-        """Drive *run_id* (see RunHandle.drive)."""
+        """Drive *run_id* until it ends or needs something from outside (§5.9).
+
+        Returns FINISHED (``result``: status, reason, failure, usage in tokens;
+        ``answer``: the last model step's text and structured content) or WAITING
+        (``waiting_for``: the calls to approve/reject/respond to, ``reason``
+        ``awaiting_approval`` / ``awaiting_response`` / ``awaiting_approval_or_response``,
+        or ``execution_recovery`` / ``cancelled``) (APP-RES-1, APP-RES-2).
+
+        Cancellation: cancelling the caller's scope stops the drive (no new effect; what
+        was dispatched is cancelled and settled, shielded for at most
+        ``settings.drain_timeout`` seconds) and re-raises ``trio.Cancelled``; the Run
+        itself stays ACTIVE (use :meth:`cancel` to end it).
+
+        Raises: RunAlreadyRunningError (another drive of this Run), OwnershipLostError,
+        RunNotFoundError, ModelUnavailableError, PrepareStalledError,
+        FrozenValueMissingError, DispatchUnknownError (see ``RunHandle.drive``).
+        """
         handle = self.runtime.run(run_id, settings=settings)
-        return await handle.drive(builder or self.builder, sink=sink)
+        result = await handle.drive(builder or self.builder, sink=sink)
+        return await self._complete(run_id, result)
+
+    async def _complete(self, run_id: RunID, result: LoopResult) -> LoopResult:
+        if result.disposition is LoopDisposition.FINISHED:
+            return attrs.evolve(result, answer=await self.answer(run_id))
+        if result.disposition is LoopDisposition.WAITING:
+            calls = await self.waiting(run_id)
+            reason = result.reason or waiting_reason(calls) or "idle"
+            return attrs.evolve(result, waiting_for=calls, reason=reason)
+        return result
+
+    async def answer(self, run_id: RunID) -> Answer | None:
+        """The Run's answer so far: its last completed model step (APP-RES-1); None when
+        no model step completed. Raises RunNotFoundError."""
+        return await read_answer(self.writer, self.store.frozen, run_id)
+
+    async def transcript(self, run_id: RunID) -> list[dict[str, Any]]:
+        """The Run's messages as the model saw them, rebuilt from its log (APP-RES-3):
+        ``user`` inputs, ``assistant`` steps (with ``toolCalls``), ``tool`` results
+        (``content`` is the JSON the tool returned or the answer given; ``error`` is
+        ``{"class", "message"}`` for a failed call). No system message. Raises
+        RunNotFoundError."""
+        model = getattr(self.builder, "model", "")
+        return await TranscriptBuilder(self.writer, self.store.frozen, model).messages(run_id)
 
     async def accept_input(self, run_id: RunID, *texts: str | AgentInput) -> CommitResult:
-        """Queue inputs for *run_id* (ids continue the Run's numbering)."""
+        """Queue inputs for *run_id* (ids continue the Run's numbering; RUN-LOP-8). Legal
+        in every active state; the next model step consumes them.
+
+        Raises RunTerminalError (ended Run), RunNotFoundError, OwnershipLostError.
+        """
         facts = await self.writer.run_facts(run_id)
         n = sum(1 for f in facts if isinstance(f, F.InputAccepted))
-        return await accept_input(self.run_store, run_id, await self._inputs(run_id, texts, n))
+        inputs = await self._inputs(run_id, texts, n)
+        result = await accept_input(self.run_store, run_id, inputs)
+        self._notify(run_id, derive_input_command_id(run_id, *(i.id for i in inputs)), result)
+        return result
 
-    async def waiting(self, run_id: RunID) -> tuple[ResponseRequest, ...]:
-        return waiting_calls((await self.run_store.load(run_id)).state)
+    async def waiting(self, run_id: RunID) -> tuple[WaitingCall, ...]:
+        """The calls *run_id* waits for now (APP-RES-2), in call order; () if none.
+        Raises RunNotFoundError."""
+        return waiting_for((await self.snapshot(run_id)).state)
 
     async def _request(self, run_id: RunID, call_id: str) -> ResponseRequest:
-        for request in await self.waiting(run_id):
-            if request.call_id == call_id or not call_id:
-                return request
-        raise ValidationError(f"no waiting call {call_id!r} in run {run_id}", run_id=run_id)
+        for call in await self.waiting(run_id):
+            if call.call_id == call_id or not call_id:
+                return call.request
+        raise ValidationError(f"no waiting call {call_id!r} in run {run_id}", run_id=run_id,
+                              call_id=call_id)
+
+    async def _respond(self, request: ResponseRequest, result: CommitResult) -> CommitResult:
+        self._notify(request.run_id, derive_response_command_id(
+            request.run_id, request.step_id, request.call_id, request.id), result)
+        return result
 
     async def approve(self, run_id: RunID, call_id: str = "") -> CommitResult:
-        return await approve(self.run_store, await self._request(run_id, call_id))
+        """Approve the waiting call *call_id* (the first waiting call for ``""``;
+        RUN-MCH-4). The next drive starts it.
+
+        Raises ValidationError (no such waiting call), StaleRuntimeError,
+        OwnershipLostError; nothing is written then.
+        """
+        request = await self._request(run_id, call_id)
+        return await self._respond(request, await approve(self.run_store, request))
 
     async def reject(self, run_id: RunID, call_id: str = "", reason: str = "") -> CommitResult:
-        return await reject(self.run_store, await self._request(run_id, call_id), reason)
+        """Reject the waiting call *call_id*: it fails KNOWN (``permission_denied`` for an
+        approval, ``response_rejected`` for a response) and the model sees the failure.
+        Raises as :meth:`approve`."""
+        request = await self._request(run_id, call_id)
+        return await self._respond(request, await reject(self.run_store, request, reason))
 
     async def respond(self, run_id: RunID, call_id: str, payload: Any) -> CommitResult:
-        return await answer(self.run_store, await self._request(run_id, call_id), payload)
+        """Answer the waiting external-response call *call_id* with the JSON value
+        *payload*; the model sees it as the call's output. Raises CanonicalJSONError
+        (not JSON), else as :meth:`approve`."""
+        request = await self._request(run_id, call_id)
+        return await self._respond(request, await answer(self.run_store, request, payload))
 
     async def cancel(self, run_id: RunID, request_id: str = "") -> CommitResult:
-        """Commit CancelRun and stop the Run's work (``RunRuntime.cancel_run``,
-        RUN-ACT-4): in-flight effects are cancelled at the executor and a concurrent
-        drive returns within ``drain_timeout``."""
-        return await self.runtime.cancel_run(run_id, f"cancel:{request_id or run_id}")
+        """End the Run as ``stopped``/``cancelled`` (RUN-LOP-2, RUN-ACT-4): commits
+        CancelRun under ``"cancel:" + (request_id or run_id)`` (idempotent) through
+        ``RunRuntime.cancel_run``: the Run's in-flight effects are cancelled at the
+        executor and a concurrent drive returns FINISHED within ``drain_timeout``; an
+        idle Run ends at once. Raises RunTerminalError (already ended), RunNotFoundError,
+        OwnershipLostError."""
+        command_id = f"cancel:{request_id or run_id}"
+        result: CommitResult = await self.runtime.cancel_run(run_id, command_id)
+        self._notify(run_id, command_id, result)
+        return result
 
     async def snapshot(self, run_id: RunID) -> Snapshot:
-        return await self.run_store.load(run_id)  # type: ignore[no-any-return]
+        """The Run's state from this writer's in-memory projection (cheap; ended Runs are
+        read from the store). Raises RunNotFoundError."""
+        return await self.run_store.load(run_id)
 
     async def record(self, run_id: RunID) -> Snapshot:
-        return await self.writer.record(run_id)  # type: ignore[no-any-return]
+        """The Run's state folded from its log: the authoritative read (RUN-CMT-2); also
+        checks the projection agrees (ProjectionDivergenceError). Raises
+        RunNotFoundError, CorruptRecordError."""
+        return await self.writer.record(run_id)
 
-    def events(self, run_id: RunID | None = None) -> AsyncIterator[Event]:
-        """Live events of *run_id* (all Runs for None); provisional ones may be dropped."""
-        return self.runtime.hub.subscribe(run_id)
+    def events(self, run_id: RunID | None = None, *, since: int = 0) -> AsyncIterator[Event]:
+        """Live events (§5.13, APP-EVT-1).
+
+        For a *run_id*: every committed fact of the Run, read from its log in commit
+        order — one AGENT_COMMITTED event per commit (``command_id`` the commit id,
+        ``position`` the index of its first fact), starting at position *since* (0: the
+        whole history, then live) — interleaved with provisional progress events
+        (dropped under back-pressure), ending with one RUN_FINISHED event (``payload``
+        the RunResult JSON) after ``run_ended``. The iterator also ends when the runtime
+        closes.
+
+        For None: every Run's events as the runtime emits them (never ends before the
+        runtime closes; no ordering promise across Runs).
+        """
+        if run_id is None:
+            return self.runtime.hub.subscribe(None)
+        return self._run_events(run_id, since)
+
+    async def _log_commits(self, run_id: RunID, start: int) -> tuple[list[Event], bool]:
+        try:
+            facts = await self.writer.run_facts(run_id)
+            records = await self.writer.read_stream(f"run/{run_id}")
+        except RunNotFoundError:
+            return [], False
+        commit_of = {r.index: r.commit_id for r in records}
+        out: list[Event] = []
+        group: list[Any] = []
+        first, out_cid = start, ""
+        for index in range(start, len(facts)):
+            cid = commit_of.get(index, "")
+            if group and cid != out_cid:
+                out.append(self._fact_event(run_id, out_cid, first, group))
+                group, first = [], index
+            out_cid = cid
+            group.append(facts[index])
+        if group:
+            out.append(self._fact_event(run_id, out_cid, first, group))
+        ended = bool(facts) and isinstance(facts[-1], F.RunEnded)
+        return out, ended
+
+    def _fact_event(self, run_id: RunID, cid: str, first: int, facts: list[Any]) -> Event:
+        return Event(kind=EventKind.AGENT_COMMITTED, durability=Durability.COMMITTED,
+                     session=self.scope, run_id=run_id, committed=tuple(facts),
+                     command_id=cid, position=first)
+
+    async def _run_events(self, run_id: RunID, since: int) -> AsyncIterator[Event]:
+        hub = self.runtime.hub
+        sub = hub.attach(run_id)  # before the first read: no commit slips between
+        try:
+            position = since
+            while True:
+                events, ended = await self._log_commits(run_id, position)
+                for event in events:
+                    position = event.position + len(event.committed)
+                    yield event
+                if ended:
+                    state = (await self.writer.record(run_id)).state
+                    yield Event(kind=EventKind.RUN_FINISHED, durability=Durability.COMMITTED,
+                                session=self.scope, run_id=run_id, position=position - 1,
+                                payload=_result_json(state))
+                    return
+                while True:
+                    live = await sub.next()
+                    if live is None:
+                        return
+                    if live.durability is Durability.PROVISIONAL:
+                        yield live
+                        continue
+                    break  # something committed: read the log again
+        finally:
+            hub.detach(sub)
+
+
+def _result_json(state: MachineState) -> str | None:
+    if state.status is RunStatus.ACTIVE or state.result is None:
+        return None
+    return canonical_json_text(encode_value(state.result))
 
 
 def _ownership_lost(group: BaseExceptionGroup[Any]) -> OwnershipLostError | None:
@@ -307,12 +679,12 @@ def _ownership_lost(group: BaseExceptionGroup[Any]) -> OwnershipLostError | None
 
 
 @contextlib.asynccontextmanager
-async def open_runtime(store: Any, executor: Any, *, scope: str = "default",
-                       settings: Settings | None = None, model: ModelRef = "",
-                       tools: Sequence[ToolOffer] = (), system: str = "",
-                       builder: Any = None, reconciler: Reconciler | None = None,
-                       mailbox_size: int = 16, sink: EventSink | None = None,
-                       ) -> AsyncIterator[Runtime]:
+async def open_runtime(store: RuntimeStore, executor: effect.ExecutionPort, *,
+                       scope: str = "default", settings: Settings | None = None,
+                       model: ModelRef = "", tools: Sequence[ToolOffer] = (),
+                       system: str = "", builder: PromptBuilder | None = None,
+                       reconciler: Reconciler | None = None, mailbox_size: int = 16,
+                       sink: EventSink | None = None) -> AsyncIterator[Runtime]:
     """Open *scope* on *store* as its single writer and run its Runs as actors.
 
     Opens the writer (epoch + 1), runs ``recover_interrupted`` once with *reconciler*
@@ -322,7 +694,8 @@ async def open_runtime(store: Any, executor: Any, *, scope: str = "default",
     (unless the reconciler has its own ``watcher``/``on_outcome``) and retries owed
     redispatches every ``requeue_after`` seconds (RUN-CMT-7, RUN-EXE-15) — and yields a
     :class:`Runtime`. The default builder is a :class:`TranscriptBuilder` for *model*
-    and *tools*.
+    and *tools* (with the *system* message). *mailbox_size* bounds each actor's
+    mailbox; *sink* receives every event synchronously.
 
     Before the scope is opened (nothing is written yet) *tools* and *model* are checked
     against the executor's ``validate`` (RUN-ACT-8, :func:`check_offers`).

@@ -26,11 +26,20 @@ log = logging.getLogger("runx_actors.runtime")
 
 
 class Durability(enum.Enum):
+    """COMMITTED events restate the log and are never dropped; PROVISIONAL ones (progress
+    frames) carry no delivery promise (§5.13)."""
+
     PROVISIONAL = "provisional"
     COMMITTED = "committed"
 
 
 class EventKind(enum.Enum):
+    """What an event reports. AGENT_COMMITTED carries the facts of one commit
+    (``committed``); RUN_FINISHED is the last event of a per-Run stream of
+    ``Runtime.events(run_id)`` (its ``payload`` the RunResult JSON); the rest are
+    provisional progress (model text/reasoning deltas, tool progress) or
+    TOOL_STARTED/TOOL_COMPLETED notices."""
+
     AGENT_COMMITTED = "agent_committed"
     MODEL_TEXT_DELTA = "model_text_delta"
     MODEL_REASONING_DELTA = "model_reasoning_delta"
@@ -47,7 +56,13 @@ def _tuple(value: Any) -> tuple[Any, ...]:
 
 @attrs.frozen(kw_only=True)
 class Event:
-    """One live event. ``command_id`` lets consumers deduplicate committed events [U-3]."""
+    """One live event (§5.13, RUN-LOP-6, APP-EVT-1).
+
+    ``command_id`` (the commit id) lets consumers deduplicate committed events [U-3];
+    ``committed`` are the facts of that commit; ``position`` is the log index of the
+    first of them (RunCreated is 0) when the event was read from the log by
+    ``Runtime.events(run_id)``, else -1. ``payload`` is canonical JSON text or None.
+    """
 
     kind: EventKind
     durability: Durability
@@ -61,9 +76,12 @@ class Event:
     payload: JSONText | None = None
     committed: tuple[Fact, ...] = attrs.field(default=(), converter=_tuple)
     command_id: CommandID = ""
+    position: int = -1
 
 
 class EventSink(Protocol):
+    """Receives events synchronously; must not block (its exceptions are logged)."""
+
     def emit(self, event: Event) -> None:
         """Receive *event*; synchronous, must not block."""
 
@@ -97,6 +115,21 @@ class _Subscription:
         self.queue.append(event)
         self.lot.unpark_all()
 
+    async def next(self) -> Event | None:
+        """The next event, waiting for one; None once the hub closed and the queue is
+        drained. Checkpoint."""
+        while True:
+            if self.queue:
+                event = self.queue.popleft()
+                if event.durability is Durability.PROVISIONAL:
+                    self.provisional -= 1
+                await trio.lowlevel.checkpoint()
+                return event
+            if self.closed:
+                await trio.lowlevel.checkpoint()
+                return None
+            await self.lot.park()
+
 
 class EventHub:
     """Fan-out sink: ``subscribe(run_id)`` yields that Run's events (all Runs for None)."""
@@ -104,6 +137,7 @@ class EventHub:
     def __init__(self, provisional_limit: int = 256) -> None:
         self._subs: set[_Subscription] = set()
         self._limit = provisional_limit
+        self._closed = False
 
     def emit(self, event: Event) -> None:
         for sub in tuple(self._subs):
@@ -115,28 +149,30 @@ class EventHub:
         return any(s.run_id is None or s.run_id == run_id for s in self._subs)
 
     def close(self) -> None:
+        self._closed = True
         for sub in self._subs:
             sub.closed = True
             sub.lot.unpark_all()
 
+    def attach(self, run_id: RunID | None = None) -> _Subscription:
+        """Register a subscription now (events emitted from here on are queued); pair
+        with :meth:`detach`. ``await sub.next()`` reads it."""
+        sub = _Subscription(run_id, self._limit)
+        sub.closed = self._closed
+        self._subs.add(sub)
+        return sub
+
+    def detach(self, sub: _Subscription) -> None:
+        self._subs.discard(sub)
+
     async def subscribe(self, run_id: RunID | None = None) -> AsyncIterator[Event]:
         """Async iterator of events; ends when the hub closes. Checkpoint per item."""
-        sub = _Subscription(run_id, self._limit)
-        self._subs.add(sub)
+        sub = self.attach(run_id)
         try:
-            while True:
-                if sub.queue:
-                    event = sub.queue.popleft()
-                    if event.durability is Durability.PROVISIONAL:
-                        sub.provisional -= 1
-                    await trio.lowlevel.checkpoint()
-                    yield event
-                    continue
-                if sub.closed:
-                    return
-                await sub.lot.park()
+            while (event := await sub.next()) is not None:
+                yield event
         finally:
-            self._subs.discard(sub)
+            self.detach(sub)
 
 
 class _Tee:

@@ -25,7 +25,8 @@ def _run(cwd: pathlib.Path) -> list[str]:
 def test_quickstart_runs_and_replays(tmp_path: pathlib.Path) -> None:
     first = _run(tmp_path)
     assert first[0] == "finished completed"
-    assert [line.strip() for line in first[1:]] == EXPECTED_FACTS
+    assert first[1] == "answer: 2 + 3 = 5"  # the tool's 5 reaches the model as an int
+    assert [line.strip() for line in first[2:]] == EXPECTED_FACTS
     assert (tmp_path / "quickstart.sqlite3").exists()
     # the second invocation replays creation and finds the Run finished: same log
     assert _run(tmp_path) == first
