@@ -20,10 +20,14 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 
 from .executors import Model, Tool, call_tools, open_local_executor, python_tool, reply, tool_call
-from .protocol.values import ModelRef
+from .protocol.commit import CommitStatus
+from .protocol.errors import OwnershipLostError, RunConflictError, RunExistsError, RunxError
+from .protocol.values import ModelRef, ModelRequest, ModelResult, ResponsePolicy, RunStatus
 from .runtime import (
     Answer,
     Created,
+    Event,
+    EventKind,
     EventSink,
     LoopDisposition,
     LoopResult,
@@ -37,7 +41,9 @@ from .store.sqlite import open_sqlite_store
 __all__ = [
     "open_sqlite_runtime", "open_runtime", "Runtime", "Settings", "LoopResult",
     "LoopDisposition", "Answer", "WaitingCall", "Created", "python_tool", "reply",
-    "call_tools", "tool_call", "Model", "Tool",
+    "call_tools", "tool_call", "Model", "Tool", "ModelRequest", "ModelResult",
+    "ResponsePolicy", "RunStatus", "CommitStatus", "Event", "EventKind", "EventSink",
+    "RunxError", "OwnershipLostError", "RunConflictError", "RunExistsError",
 ]
 
 

@@ -67,6 +67,9 @@ DEBUG_ENV = "RUNX_ACTORS_DEBUG"
 #: The loop host's commands (loop-host §9), imported on first use so that importing this
 #: module (and running ``check``) loads neither trio nor a store.
 _HOST_COMMANDS = ("demo", "harness", "resume", "skill", "verify")
+#: Inspection and loop commands (issue 10), each in its own module, loaded on first use.
+_LAZY_COMMANDS = {"runs": "runx_actors.cli_runs", "loop": "runx_actors.cli_loop",
+                  "keys": "runx_actors.cli_loop"}
 
 
 class _Main(click.Group):
@@ -74,7 +77,8 @@ class _Main(click.Group):
     host commands are loaded lazily from ``runx_actors.host.cli_commands``."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *_HOST_COMMANDS, "store"})
+        return sorted({*super().list_commands(ctx), *_HOST_COMMANDS, "store",
+                       *_LAZY_COMMANDS})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name == "store":  # ``store check`` (RUN-STO-5): exits 0 / 3 / 64 / 1
@@ -86,6 +90,12 @@ class _Main(click.Group):
 
             command: click.Command = getattr(cli_commands, cmd_name)
             return command
+        if cmd_name in _LAZY_COMMANDS:
+            import importlib
+
+            lazy: click.Command = getattr(importlib.import_module(_LAZY_COMMANDS[cmd_name]),
+                                          cmd_name)
+            return lazy
         return super().get_command(ctx, cmd_name)
 
     def main(
@@ -161,6 +171,7 @@ def _set_debug(ctx: click.Context, _: click.Parameter, value: bool) -> None:
 @click.group(cls=_Main)
 @click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
               help=f"Print the traceback of an error (also {DEBUG_ENV}=1).")
+@click.version_option(package_name="runx-actors", prog_name="runx-actors")
 def main() -> None:
     """Durable, governed AI-agent runs as trio actors."""
 
@@ -321,3 +332,7 @@ def _report_model_error(
         click.echo(render_text(trace, describe), err=True, nl=False)
     if exc.__cause__ is not None:
         click.echo("".join(traceback.format_exception(exc.__cause__)), err=True, nl=False)
+
+
+if __name__ == "__main__":  # python -m runx_actors.cli …
+    main()
