@@ -1,0 +1,423 @@
+"""``runx-actors runs …``: look inside a run store, and answer what a Run waits for
+(issue 10; APP-INS-1, APP-INS-2).
+
+Reads (``list``, ``show``, ``log``, ``timeline``) need no ownership and write nothing.
+The writes (``approve``, ``reject``, ``respond``, ``cancel``) open the Run's scope as its
+writer for the duration of the command — like any owner, that bumps the scope's epoch, so
+a runtime that owned the scope gets ``OwnershipLostError`` on its next write and must be
+reopened (its ``open_runtime`` settles what it left in flight). They commit under the
+same derived ids as ``Runtime.approve`` & co., so repeating one is harmless
+(``already_applied``); the Run moves on at its next drive.
+
+The store is ``--store S`` (a SQLite file or a directory holding ``runs.sqlite3``, or a
+``postgresql://`` DSN), else ``$RUNX_ACTORS_STORE``, else ``<workspace>/.runx/store``.
+Every command prints a rich table on a terminal, or one JSON document with ``--json``.
+
+Exit codes: 0 done; 1 the store refused or has no such Run (message and hint on stderr);
+64 usage error (bad option, a Run id found in several scopes without ``--scope``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .protocol.errors import RunNotFoundError, RunxError, ValidationError
+
+__all__ = ["runs", "StoreMissingError", "open_store_for", "to_json", "MAX_PAYLOAD_BYTES"]
+
+T = TypeVar("T")
+
+#: Largest ``runs respond`` payload accepted (bytes of JSON text).
+MAX_PAYLOAD_BYTES = 1 << 20
+_PG_PREFIXES = ("postgres://", "postgresql://")
+
+
+class StoreMissingError(RunxError):
+    """``--store`` (or its default) names no existing SQLite store; nothing was created.
+    Attribute: ``path``."""
+
+
+def to_json(value: Any) -> Any:
+    """*value* as plain JSON data: attrs classes as dicts, enums as their values, tuples
+    as lists."""
+    if attrs.has(type(value)):
+        return {f.name: to_json(getattr(value, f.name)) for f in attrs.fields(type(value))}
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if hasattr(value, "value") and type(value).__module__.startswith("runx_actors"):
+        return value.value
+    return value
+
+
+@contextlib.asynccontextmanager
+async def open_store_for(store: str | None) -> AsyncIterator[Any]:
+    """Open the store *store* names (see the module docstring) for this block. A SQLite
+    store must exist already. Raises StoreMissingError, SchemaVersionError."""
+    import os
+
+    from .host._cli_support import environment, resolve_store
+
+    env = environment()
+    chosen = store or env.get("RUNX_ACTORS_STORE", "")
+    if chosen.startswith(_PG_PREFIXES):
+        from .store.postgres import open_postgres_store
+
+        async with open_postgres_store(chosen) as pg:
+            yield pg
+        return
+    path = resolve_store(store, env, Path(os.getcwd()))
+    if not path.is_file():
+        raise StoreMissingError(f"no run store at {path}", path=str(path))
+    from .store.sqlite import open_sqlite_store
+
+    async with open_sqlite_store(path) as sqlite:
+        yield sqlite
+
+
+def _run(command: str, fn: Callable[[], Awaitable[T]]) -> T:
+    """Run *fn* under trio; a RunxError or OSError is reported (exit 1), never a
+    traceback."""
+    from .host._cli_support import fail, run_trio, unwrap
+
+    try:
+        result: T = run_trio(fn)
+        return result
+    except click.ClickException:
+        raise
+    except (RunxError, OSError) as exc:
+        if isinstance(unwrap(exc), StoreMissingError):
+            click.echo(f"runx-actors: {command}: {unwrap(exc)}", err=True)
+            click.echo("hint: pass --store (a SQLite file or a directory holding "
+                       "runs.sqlite3, or a postgresql:// DSN) or set RUNX_ACTORS_STORE",
+                       err=True)
+            sys.exit(1)
+        sys.exit(fail(command, exc))
+
+
+async def _scope_of(store: Any, run_id: str, scope: str | None) -> str:
+    if scope is not None:
+        return scope
+    from .inspect import find_scopes
+
+    scopes = await find_scopes(store, run_id)
+    if not scopes:
+        raise RunNotFoundError(f"no run {run_id!r} in any scope", run_id=run_id)
+    if len(scopes) > 1:
+        raise click.UsageError(f"run {run_id!r} exists in scopes {', '.join(scopes)}; "
+                               "pass --scope")
+    return scopes[0]
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=False, width=200 if not sys.stdout.isatty()
+                   else None)
+
+
+def _echo_json(value: Any) -> None:
+    click.echo(json.dumps(to_json(value), indent=2, ensure_ascii=False))
+
+
+_store_option = click.option("--store", "store", default=None, metavar="S",
+                             help="SQLite file/directory or postgresql:// DSN.")
+_scope_option = click.option("--scope", "scope", default=None, metavar="X",
+                             help="The Run's scope (found by id when omitted).")
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+@click.group("runs")
+def runs() -> None:
+    """Look inside a run store: list, show, log, timeline; approve, reject, respond,
+    cancel."""
+
+
+@runs.command("list")
+@_store_option
+@click.option("--scope", "scope", default=None, metavar="X", help="Only this scope.")
+@click.option("--status", "status", multiple=True,
+              type=click.Choice(["active", "completed", "failed", "stopped"]),
+              help="Only Runs with this status (repeatable).")
+@_json_option
+def runs_list(store: str | None, scope: str | None, status: tuple[str, ...],
+              as_json: bool) -> None:
+    """The Runs of the store: scope, id, status, head position, waiting calls."""
+    from .inspect import list_runs
+
+    async def main() -> Any:
+        async with open_store_for(store) as opened:
+            return await list_runs(opened, scope=scope, status=status)
+
+    rows = _run("runs list", main)
+    if as_json:
+        _echo_json({"runs": rows})
+        return
+    table = Table("scope", "run", "status", "head", "waiting", title="runs")
+    for r in rows:
+        table.add_row(r.scope, r.run_id, r.status, str(r.head), str(r.waiting))
+    _console().print(table)
+
+
+@runs.command("show")
+@click.argument("run_id")
+@_store_option
+@_scope_option
+@_json_option
+def runs_show(run_id: str, store: str | None, scope: str | None, as_json: bool) -> None:
+    """A Run's state, waiting calls, token usage and answer."""
+    from .inspect import run_view
+
+    async def main() -> Any:
+        async with open_store_for(store) as opened:
+            sc = await _scope_of(opened, run_id, scope)
+            return await run_view(await opened.reader(sc), opened.frozen, sc, run_id)
+
+    view = _run("runs show", main)
+    if as_json:
+        data = to_json(view)
+        for call in data["waiting"]:
+            call.pop("request", None)
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        return
+    table = Table("field", "value", title=f"run {run_id}", show_header=False)
+    table.add_row("scope", view.scope)
+    table.add_row("status", view.status + (f" ({view.reason})" if view.reason else ""))
+    if view.failure:
+        table.add_row("failure", json.dumps(view.failure))
+    table.add_row("current step", view.current or "-")
+    table.add_row("head / epoch", f"{view.head} / {view.epoch}")
+    table.add_row("usage (tokens)", f"in {view.usage.input_tokens}, out "
+                  f"{view.usage.output_tokens}")
+    table.add_row("answer", view.answer.text if view.answer else "-")
+    console = _console()
+    console.print(table)
+    if view.waiting:
+        waiting = Table("call", "tool", "kind", "arguments", title="waiting for")
+        for c in view.waiting:
+            waiting.add_row(c.call_id, c.tool, c.kind.value, json.dumps(c.arguments))
+        console.print(waiting)
+
+
+def _summary(payload: Any) -> str:
+    if not isinstance(payload, dict):
+        return json.dumps(payload)
+    parts = []
+    for key in ("stepId", "callId", "effect"):
+        if key in payload:
+            parts.append(f"{key}={str(payload[key])[:12]}")
+    for key in ("model", "finishReason", "failure", "end", "outcome"):
+        if key in payload:
+            parts.append(f"{key}={json.dumps(payload[key])}")
+    if "calls" in payload:
+        parts.append("calls=" + ",".join(str(c.get("toolRef", "")) for c in payload["calls"]))
+    if "input" in payload:
+        parts.append(f"input={payload['input'].get('id', '')}")
+    return " ".join(parts)
+
+
+@runs.command("log")
+@click.argument("run_id")
+@_store_option
+@_scope_option
+@_json_option
+def runs_log(run_id: str, store: str | None, scope: str | None, as_json: bool) -> None:
+    """A Run's facts in log order, with positions, epochs and commit ids."""
+    from .inspect import log_entries
+
+    async def main() -> Any:
+        async with open_store_for(store) as opened:
+            sc = await _scope_of(opened, run_id, scope)
+            return sc, await log_entries(await opened.reader(sc), run_id)
+
+    sc, entries = _run("runs log", main)
+    if as_json:
+        _echo_json({"scope": sc, "run_id": run_id, "facts": entries})
+        return
+    table = Table("pos", "fact", "epoch", "commit", "details", title=f"run {run_id} log")
+    for e in entries:
+        table.add_row(str(e.position), e.fact, str(e.epoch), e.commit_id[:24],
+                      _summary(e.payload))
+    _console().print(table)
+
+
+@runs.command("timeline")
+@click.argument("run_id")
+@_store_option
+@_scope_option
+@click.option("--format", "fmt", type=click.Choice(["mermaid", "html", "json"]),
+              default="mermaid", show_default=True)
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Write to this file instead of stdout.")
+def runs_timeline(run_id: str, store: str | None, scope: str | None, fmt: str,
+                  output: Path | None) -> None:
+    """Draw a Run: model steps, tool calls in parallel lanes, approvals, crashes,
+    recoveries and takeovers (epoch changes) on its log-position axis — as Mermaid, as a
+    self-contained HTML page (inline SVG), or as JSON."""
+    from .inspect import build_timeline, to_html, to_mermaid
+
+    async def main() -> Any:
+        async with open_store_for(store) as opened:
+            sc = await _scope_of(opened, run_id, scope)
+            reader = await opened.reader(sc)
+            facts = await reader.run_facts(run_id)
+            records = await reader.read_stream(f"run/{run_id}")
+            return build_timeline(sc, run_id, facts, records)
+
+    tl = _run("runs timeline", main)
+    text = (to_mermaid(tl) if fmt == "mermaid" else to_html(tl) if fmt == "html"
+            else json.dumps(to_json(tl), indent=2, ensure_ascii=False) + "\n")
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+        click.echo(f"wrote {output}", err=True)
+
+
+# -- writes -------------------------------------------------------------------------------
+
+
+def _payload(text: str) -> Any:
+    """The JSON value of ``runs respond``: inline text, ``@file``, or ``-`` (stdin);
+    strict JSON (no duplicate keys, no NaN) of at most MAX_PAYLOAD_BYTES."""
+    from .protocol.canonical import parse_json_strict
+    from .runtime._app import _ints
+
+    if text == "-":
+        data = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
+    elif text.startswith("@"):
+        try:
+            with open(text[1:], "rb") as fh:
+                data = fh.read(MAX_PAYLOAD_BYTES + 1)
+        except OSError as exc:
+            raise click.UsageError(f"cannot read {text[1:]}: {exc.strerror}") from None
+    else:
+        data = text.encode("utf-8")
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise click.UsageError(f"the payload is larger than {MAX_PAYLOAD_BYTES} bytes")
+    try:
+        return _ints(parse_json_strict(data))
+    except (ValidationError, RecursionError) as exc:
+        raise click.UsageError(f"the payload is not strict JSON: {exc}") from None
+
+
+def _write(command: str, run_id: str, store: str | None, scope: str | None, call_id: str,
+           act: Callable[[Any, Any], Awaitable[Any]], as_json: bool) -> None:
+    from .runtime._app import waiting_for
+
+    async def main() -> Any:
+        async with open_store_for(store) as opened:
+            sc = await _scope_of(opened, run_id, scope)
+            writer = await opened.open(sc)
+            try:
+                run_store = writer.run_store()
+                call = None
+                if call_id != "*":
+                    state = (await run_store.load(run_id)).state
+                    calls = waiting_for(state)
+                    call = next((c for c in calls if c.call_id == call_id or not call_id),
+                                None)
+                    if call is None:
+                        raise ValidationError(
+                            f"run {run_id!r} has no waiting call {call_id!r}"
+                            if call_id else f"run {run_id!r} waits for no call",
+                            run_id=run_id, call_id=call_id)
+                result = await act(run_store, call)
+                return sc, call, result
+            finally:
+                await writer.aclose()
+
+    sc, call, result = _run(command, main)
+    status = result.status.value
+    doc = {"scope": sc, "run_id": run_id, "call_id": call.call_id if call else "",
+           "status": status, "position": result.snapshot.position}
+    if as_json:
+        _echo_json(doc)
+        return
+    what = f" call {call.call_id} ({call.tool})" if call else ""
+    click.echo(f"{command.split()[-1]} run={run_id}{what}: {status}; drive the Run to "
+               "continue" if command != "runs cancel" else
+               f"cancel run={run_id}: {status}")
+
+
+_call_argument = click.argument("call_id", required=False, default="")
+
+
+@runs.command("approve")
+@click.argument("run_id")
+@_call_argument
+@_store_option
+@_scope_option
+@_json_option
+def runs_approve(run_id: str, call_id: str, store: str | None, scope: str | None,
+                 as_json: bool) -> None:
+    """Approve the waiting call CALL_ID (the first waiting call when omitted). Takes over
+    the scope for the command (see ``runx-actors runs --help``)."""
+    from .runtime import approve
+
+    _write("runs approve", run_id, store, scope, call_id,
+           lambda rs, call: approve(rs, call.request), as_json)
+
+
+@runs.command("reject")
+@click.argument("run_id")
+@_call_argument
+@click.option("--reason", default="", help="Why (the model sees it).")
+@_store_option
+@_scope_option
+@_json_option
+def runs_reject(run_id: str, call_id: str, reason: str, store: str | None,
+                scope: str | None, as_json: bool) -> None:
+    """Reject the waiting call CALL_ID: it fails (permission_denied / response_rejected)
+    and the model sees the failure."""
+    from .runtime import reject
+
+    _write("runs reject", run_id, store, scope, call_id,
+           lambda rs, call: reject(rs, call.request, reason), as_json)
+
+
+@runs.command("respond")
+@click.argument("run_id")
+@click.argument("call_id")
+@click.argument("payload")
+@_store_option
+@_scope_option
+@_json_option
+def runs_respond(run_id: str, call_id: str, payload: str, store: str | None,
+                 scope: str | None, as_json: bool) -> None:
+    """Answer the waiting external-response call CALL_ID with the JSON PAYLOAD (inline,
+    @file, or - for stdin; at most 1 MiB, strict JSON)."""
+    from .runtime import answer
+
+    value = _payload(payload)
+    _write("runs respond", run_id, store, scope, call_id,
+           lambda rs, call: answer(rs, call.request, value), as_json)
+
+
+@runs.command("cancel")
+@click.argument("run_id")
+@click.option("--request-id", default="", help="Idempotency key (default: the run id).")
+@_store_option
+@_scope_option
+@_json_option
+def runs_cancel(run_id: str, request_id: str, store: str | None, scope: str | None,
+                as_json: bool) -> None:
+    """End the Run as stopped/cancelled (CancelRun under ``cancel:<request-id>``)."""
+    from .runtime import cancel_run
+
+    _write("runs cancel", run_id, store, scope, "*",
+           lambda rs, call: cancel_run(rs, run_id, f"cancel:{request_id or run_id}"),
+           as_json)
+
+
+if __name__ == "__main__":  # python -m runx_actors.cli_runs …
+    runs()
