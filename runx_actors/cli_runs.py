@@ -10,7 +10,8 @@ same derived ids as ``Runtime.approve`` & co., so repeating one is harmless
 (``already_applied``); the Run moves on at its next drive.
 
 The store is ``--store S`` (a SQLite file or a directory holding ``runs.sqlite3``, or a
-``postgresql://`` DSN), else ``$RUNX_ACTORS_STORE``, else ``<workspace>/.runx/store``.
+PostgreSQL DSN: ``postgresql://…`` or ``host=… dbname=…``), else ``$RUNX_ACTORS_STORE``,
+else ``<workspace>/.runx/store``.
 Every command prints a rich table on a terminal, or one JSON document with ``--json``.
 
 Exit codes: 0 done; 1 the store refused or has no such Run (message and hint on stderr);
@@ -71,7 +72,7 @@ async def open_store_for(store: str | None) -> AsyncIterator[Any]:
 
     env = environment()
     chosen = store or env.get("RUNX_ACTORS_STORE", "")
-    if chosen.startswith(_PG_PREFIXES):
+    if chosen.startswith(_PG_PREFIXES) or "dbname=" in chosen or "host=" in chosen:
         from .store.postgres import open_postgres_store
 
         async with open_postgres_store(chosen) as pg:

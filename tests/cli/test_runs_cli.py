@@ -1,0 +1,138 @@
+"""``runx-actors runs …`` on a SQLite store (APP-INS-1, APP-INS-2): list, show, log,
+timeline, and approve/reject/respond/cancel, as tables and as JSON."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from runs_scenario import build_store
+
+from runx_actors.cli import main
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_store(tmp_path_factory.mktemp("runs") / "runs.sqlite3")
+
+
+@pytest.fixture
+def store(built: Path, tmp_path: Path) -> Path:
+    """A private copy (the write commands change it)."""
+    copy = tmp_path / "runs.sqlite3"
+    shutil.copy(built, copy)
+    return copy
+
+
+def cli(*args: str, input: str | None = None) -> Any:
+    return CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
+
+
+def cli_json(*args: str) -> Any:
+    out = cli(*args, "--json")
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)
+
+
+def test_list_filters_by_status_and_scope(store: Path) -> None:
+    rows = cli_json("runs", "list", "--store", str(store))["runs"]
+    assert {(r["run_id"], r["status"], r["waiting"]) for r in rows} == {
+        ("asks", "active", 1), ("busy", "completed", 0), ("done", "completed", 0),
+        ("pending", "active", 1)}
+    active = cli_json("runs", "list", "--store", str(store), "--status", "active")["runs"]
+    assert [r["run_id"] for r in active] == ["asks", "pending"]
+    assert cli_json("runs", "list", "--store", str(store), "--scope", "other")["runs"] == []
+    table = cli("runs", "list", "--store", str(store))
+    assert table.exit_code == 0 and "pending" in table.stdout and "completed" in table.stdout
+
+
+def test_show_state_usage_answer_and_waiting(store: Path) -> None:
+    busy = cli_json("runs", "show", "busy", "--store", str(store))
+    assert busy["status"] == "completed" and busy["epoch"] == 2 and busy["head"] == 14
+    assert busy["usage"] == {"input_tokens": 30, "output_tokens": 10}
+    assert busy["answer"]["text"] == "finished; failures: effect_unknown"
+    pending = cli_json("runs", "show", "pending", "--store", str(store))
+    (call,) = pending["waiting"]
+    assert call["tool"] == "svc.deploy" and call["arguments"] == {"name": "api"}
+    assert call["kind"] == "approval" and pending["current"].startswith("tool")
+    table = cli("runs", "show", "pending", "--store", str(store))
+    assert "waiting for" in table.stdout and "svc.deploy" in table.stdout
+
+
+def test_log_lists_positions_epochs_and_commit_ids(store: Path) -> None:
+    doc = cli_json("runs", "log", "busy", "--store", str(store))
+    facts = doc["facts"]
+    assert [f["position"] for f in facts] == list(range(15))
+    assert facts[0]["fact"] == "run_created" and facts[0]["commit_id"] == "create:busy"
+    assert {f["epoch"] for f in facts[:10]} == {1} and {f["epoch"] for f in facts[10:]} == {2}
+    assert facts[10]["fact"] == "tool_call_failed"
+    assert facts[10]["payload"]["failure"]["class"] == "effect_unknown"
+
+
+def test_timeline_mermaid_and_json(store: Path) -> None:
+    out = cli("runs", "timeline", "busy", "--store", str(store))
+    assert out.exit_code == 0
+    text = out.stdout
+    assert text.startswith("gantt\n") and "section tool #2" in text
+    assert "epoch 1→2 :milestone" in text and "svc.deploy unknown :crit" in text
+    tl = json.loads(cli("runs", "timeline", "busy", "--store", str(store), "--format",
+                        "json").stdout)
+    assert tl["lanes"] == ["run", "model", "tool #1", "tool #2"]
+    kinds = {(m["kind"], m["lane"]) for m in tl["marks"]}
+    assert {("takeover", "run"), ("approval", "tool #2"), ("recovery", "tool #2")} <= kinds
+    assert [b["epoch"] for b in tl["epochs"]] == [1, 2]
+
+
+def test_approve_then_replay(store: Path) -> None:
+    (call,) = cli_json("runs", "show", "pending", "--store", str(store))["waiting"]
+    first = cli_json("runs", "approve", "pending", call["call_id"], "--store", str(store))
+    assert first["status"] == "accepted" and first["call_id"] == call["call_id"]
+    # the call no longer waits: approving it again is refused, nothing is written
+    again = cli("runs", "approve", "pending", call["call_id"], "--store", str(store))
+    assert again.exit_code == 1 and "no waiting call" in again.stderr
+    log = cli_json("runs", "log", "pending", "--store", str(store))["facts"]
+    assert log[-1]["fact"] == "tool_call_approved"
+    assert sum(f["fact"] == "tool_call_approved" for f in log) == 1
+
+
+def test_reject_and_cancel(store: Path) -> None:
+    out = cli("runs", "reject", "pending", "--reason", "no", "--store", str(store))
+    assert out.exit_code == 0 and "rejected" not in out.stderr
+    log = cli_json("runs", "log", "pending", "--store", str(store))["facts"]
+    assert log[-1]["fact"] == "tool_call_failed"
+    assert log[-1]["payload"]["failure"]["class"] == "permission_denied"
+    cancelled = cli_json("runs", "cancel", "asks", "--store", str(store))
+    assert cancelled["status"] == "accepted"
+    assert cli_json("runs", "show", "asks", "--store", str(store))["status"] == "stopped"
+    ended = cli("runs", "cancel", "asks", "--store", str(store))  # replay: same id
+    assert ended.exit_code == 0 and "already_applied" in ended.stdout
+
+
+def test_respond_with_json_payload(store: Path, tmp_path: Path) -> None:
+    (call,) = cli_json("runs", "show", "asks", "--store", str(store))["waiting"]
+    assert call["kind"] == "external_response"
+    bad = cli("runs", "respond", "asks", call["call_id"], '{"a": 1, "a": 2}',
+              "--store", str(store))
+    assert bad.exit_code == 64 and "strict JSON" in bad.stderr
+    payload = tmp_path / "answer.json"
+    payload.write_text('{"region": "eu", "n": 3}')
+    ok = cli_json("runs", "respond", "asks", call["call_id"], f"@{payload}",
+                  "--store", str(store))
+    assert ok["status"] == "accepted"
+    log = cli_json("runs", "log", "asks", "--store", str(store))["facts"]
+    assert log[-1]["fact"] == "tool_call_answered"
+
+
+def test_errors_are_reported_not_raised(store: Path, tmp_path: Path) -> None:
+    missing = cli("runs", "list", "--store", str(tmp_path / "none.sqlite3"))
+    assert missing.exit_code == 1 and "no run store" in missing.stderr
+    assert not (tmp_path / "none.sqlite3").exists()  # nothing was created
+    unknown = cli("runs", "show", "nope", "--store", str(store))
+    assert unknown.exit_code == 1 and "no run 'nope'" in unknown.stderr
+    usage = cli("runs", "list", "--store", str(store), "--status", "bogus")
+    assert usage.exit_code == 64
+    assert "Traceback" not in missing.output + unknown.output + usage.output
