@@ -69,7 +69,7 @@ def test_runs_commands_on_postgres(postgres_schema: Callable[[], str]) -> None:
     assert trio.run(_finish, dsn) == "double is 42"
     facts = _json("runs", "log", "p1", "--store", dsn)["facts"]
     assert facts[-1]["fact"] == "run_ended"
-    assert [f["epoch"] for f in facts][0] == 1 and facts[-1]["epoch"] == 3  # app, cli, app
+    assert facts[0]["epoch"] == 1 and facts[-1]["epoch"] == 3  # app, cli, app
     out = CliRunner().invoke(main, ["runs", "timeline", "p1", "--store", dsn, "--format",
                                     "json"])
     assert out.exit_code == 0, out.output
