@@ -83,6 +83,9 @@ class ToolFailureOutcome(enum.Enum):
 
 
 class ResponsePolicy(enum.Enum):
+    """How a tool call starts (RUN-MCH-4): at once (DIRECT_EXECUTION), after an approval
+    (APPROVAL_REQUIRED), or never — an outside answer settles it (EXTERNAL_RESPONSE)."""
+
     DIRECT_EXECUTION = "direct_execution"
     APPROVAL_REQUIRED = "approval_required"
     EXTERNAL_RESPONSE = "external_response"

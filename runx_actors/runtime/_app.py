@@ -149,7 +149,8 @@ async def approve(store: RunStore, request: ResponseRequest) -> CommitResult:
 
 
 async def reject(store: RunStore, request: ResponseRequest, reason: str) -> CommitResult:
-    """Reject a WAITING call; it fails KNOWN (permission_denied / response_rejected).
+    """Reject a WAITING call; it fails KNOWN (permission_denied / response_rejected;
+    RUN-MCH-4).
 
     Raises as :func:`approve`.
     """
@@ -160,7 +161,8 @@ async def reject(store: RunStore, request: ResponseRequest, reason: str) -> Comm
 
 
 async def answer(store: RunStore, request: ResponseRequest, payload: Any) -> CommitResult:
-    """Answer a WAITING(external_response) call with the JSON value *payload*.
+    """Answer a WAITING(external_response) call with the JSON value *payload*
+    (RUN-MCH-4).
 
     Raises CanonicalJSONError (not JSON), else as :func:`approve`.
     """
@@ -394,7 +396,7 @@ class Runtime:
 
     @property
     def scope(self) -> str:
-        """The scope this runtime owns."""
+        """The scope this runtime owns (its single writer, RUN-CMT-6)."""
         return str(self.writer.scope)
 
     @property
@@ -548,15 +550,15 @@ class Runtime:
 
     async def reject(self, run_id: RunID, call_id: str = "", reason: str = "") -> CommitResult:
         """Reject the waiting call *call_id*: it fails KNOWN (``permission_denied`` for an
-        approval, ``response_rejected`` for a response) and the model sees the failure.
-        Raises as :meth:`approve`."""
+        approval, ``response_rejected`` for a response) and the model sees the failure
+        (RUN-MCH-4). Raises as :meth:`approve`."""
         request = await self._request(run_id, call_id)
         return await self._respond(request, await reject(self.run_store, request, reason))
 
     async def respond(self, run_id: RunID, call_id: str, payload: Any) -> CommitResult:
         """Answer the waiting external-response call *call_id* with the JSON value
-        *payload*; the model sees it as the call's output. Raises CanonicalJSONError
-        (not JSON), else as :meth:`approve`."""
+        *payload*; the model sees it as the call's output (RUN-MCH-4). Raises
+        CanonicalJSONError (not JSON), else as :meth:`approve`."""
         request = await self._request(run_id, call_id)
         return await self._respond(request, await answer(self.run_store, request, payload))
 
@@ -574,7 +576,8 @@ class Runtime:
 
     async def snapshot(self, run_id: RunID) -> Snapshot:
         """The Run's state from this writer's in-memory projection (cheap; ended Runs are
-        read from the store). Raises RunNotFoundError."""
+        read from the store; RUN-CMT-2 says :meth:`record` is the authority). Raises
+        RunNotFoundError."""
         return await self.run_store.load(run_id)
 
     async def record(self, run_id: RunID) -> Snapshot:
