@@ -199,14 +199,32 @@ def runs_show(run_id: str, store: str | None, scope: str | None, as_json: bool) 
     table.add_row("head / epoch", f"{view.head} / {view.epoch}")
     table.add_row("usage (tokens)", f"in {view.usage.input_tokens}, out "
                   f"{view.usage.output_tokens}")
-    table.add_row("answer", view.answer.text if view.answer else "-")
+    table.add_row("answer", _answer_text(view.answer))
     console = _console()
     console.print(table)
     if view.waiting:
         waiting = Table("call", "tool", "kind", "arguments", title="waiting for")
         for c in view.waiting:
-            waiting.add_row(c.call_id, c.tool, c.kind.value, json.dumps(c.arguments))
+            waiting.add_row(c.call_id, c.tool, c.kind.value, _clip(json.dumps(c.arguments)))
         console.print(waiting)
+
+
+#: Characters of a waiting call's arguments a table shows (``--json`` has them all).
+TABLE_ARGUMENTS = 160
+
+
+def _clip(text: str, limit: int = TABLE_ARGUMENTS) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _answer_text(answer: Any) -> str:
+    if answer is None:
+        return "-"
+    if answer.text:
+        return str(answer.text)
+    if answer.tool_calls:
+        return f"(no text yet: the last model step asked for {len(answer.tool_calls)} tool call(s))"
+    return "(empty)"
 
 
 def _summary(payload: Any) -> str:

@@ -481,8 +481,8 @@ def test_verify_command_modes(tmp_path: Path, workspace: Path) -> None:
 def test_commands_registered_lazily() -> None:
     """The host commands join ``check``; importing the CLI loads neither trio nor SQLite."""
     ctx = click.Context(main)
-    assert main.list_commands(ctx) == ["check", "demo", "harness", "resume", "skill",
-                                       "store", "verify"]
+    assert main.list_commands(ctx) == ["check", "demo", "harness", "keys", "loop", "resume",
+                                       "runs", "skill", "store", "verify"]
     assert all(main.get_command(ctx, name) is not None for name in main.list_commands(ctx))
     code = ("import sys, runx_actors.cli; "
             "assert not [m for m in ('trio', 'sqlite3') if m in sys.modules]")
