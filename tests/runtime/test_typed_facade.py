@@ -16,24 +16,41 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "fixtures" / "user_app" / "app.py"
 
 
-def _copy(tmp_path: pathlib.Path) -> pathlib.Path:
-    target = tmp_path / "user" / "app.py"  # outside the repository
-    target.parent.mkdir()
-    shutil.copy(SCRIPT, target)
+def _copy(tmp_path: pathlib.Path, source: pathlib.Path = SCRIPT) -> pathlib.Path:
+    target = tmp_path / "user" / source.name  # outside the repository
+    target.parent.mkdir(exist_ok=True)
+    shutil.copy(source, target)
     return target
 
 
-def test_user_script_passes_mypy_strict(tmp_path: pathlib.Path) -> None:
-    script = _copy(tmp_path)
+def _mypy(tmp_path: pathlib.Path, *scripts: pathlib.Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     # the editable install is a path hook mypy cannot follow; point it at the package
     # (an installed wheel has the py.typed marker in site-packages instead)
     env["MYPYPATH"] = str(pathlib.Path(runx_actors.__file__).parent.parent)
-    out = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
-         "--cache-dir", str(tmp_path / "cache"), "--no-error-summary", str(script)],
-        cwd=script.parent, capture_output=True, text=True, env=env, timeout=600)
+         "--cache-dir", str(tmp_path / "cache"), "--no-error-summary", *map(str, scripts)],
+        cwd=scripts[0].parent, capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_user_script_passes_mypy_strict(tmp_path: pathlib.Path) -> None:
+    scripts = [_copy(tmp_path), _copy(tmp_path, SCRIPT.parent / "stores.py")]
+    out = _mypy(tmp_path, *scripts)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_store_parameter_is_a_protocol_not_any(tmp_path: pathlib.Path) -> None:
+    bad = tmp_path / "user" / "bad.py"
+    bad.parent.mkdir()
+    bad.write_text(
+        "from runx_actors.executors import open_local_executor\n"
+        "from runx_actors.runtime import open_runtime\n\n\n"
+        "async def main() -> None:\n"
+        "    async with open_local_executor() as ex, open_runtime(object(), ex) as rt:\n"
+        "        print(rt.scope)\n")
+    out = _mypy(tmp_path, bad)
+    assert out.returncode == 1 and "arg-type" in out.stdout, out.stdout + out.stderr
 
 
 def test_py_typed_marker_is_shipped() -> None:
