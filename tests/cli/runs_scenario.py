@@ -6,7 +6,8 @@ is approved and started, and then the owner goes away with ``deploy`` still runn
 executor closes under it, nobody settles it). A second owner opens the scope (epoch 2):
 takeover fails ``deploy`` as ``effect_unknown`` and the model answers. Run ``pending``
 waits for an approval; run ``asks`` waits for an external response; run ``done``
-completes at once.
+completes at once; run ``slow``'s model call is in flight when the first owner goes: the
+second owner recovers the model step (``model_step_recovered``) and asks again.
 """
 
 from __future__ import annotations
@@ -56,10 +57,17 @@ TOOLS = [
 
 
 class Model:
+    def __init__(self, *, hang: bool = False) -> None:
+        self.hang = hang  # the first owner's model never answers task "slow"
+
     async def complete(self, request: ModelRequest) -> ModelResult:
         messages = json.loads(request.body)["messages"]
         task = messages[0]["content"]
         tool_msgs = [m for m in messages if m["role"] == "tool"]
+        if task == "slow":
+            if self.hang:
+                await trio.sleep_forever()
+            return reply("slow but sure")
         if task == "done":
             return reply("nothing to do", input_tokens=5, output_tokens=3)
         if task == "ask" and not tool_msgs:
@@ -74,8 +82,8 @@ class Model:
 
 
 async def build(path: Path) -> None:
-    async with open_sqlite_runtime(path, scope=SCOPE, model="m", models={"m": Model()},
-                                   tools=TOOLS) as rt:
+    async with open_sqlite_runtime(path, scope=SCOPE, model="m",
+                                   models={"m": Model(hang=True)}, tools=TOOLS) as rt:
         for run_id, task in (("busy", "busy"), ("pending", "busy"), ("asks", "ask"),
                              ("done", "done")):
             await rt.create_run(run_id, [task])
@@ -84,12 +92,16 @@ async def build(path: Path) -> None:
         await rt.approve("busy", waiting[0].call_id)
         advanced = await rt.runtime.run("busy").advance(rt.builder)
         assert advanced.disposition is LoopDisposition.DISPATCHED, advanced
+        await rt.create_run("slow", ["slow"])
+        thinking = await rt.runtime.run("slow").advance(rt.builder)  # the model call starts
+        assert thinking.disposition is LoopDisposition.DISPATCHED, thinking
         await trio.testing.wait_all_tasks_blocked()
     # the second owner: takeover settles what the first left running
     async with open_sqlite_runtime(path, scope=SCOPE, model="m", models={"m": Model()},
                                    tools=TOOLS) as rt:
-        result = await rt.drive("busy")
-        assert result.disposition is LoopDisposition.FINISHED, result
+        for run_id in ("busy", "slow"):
+            result = await rt.drive(run_id)
+            assert result.disposition is LoopDisposition.FINISHED, result
 
 
 def build_store(path: Path) -> Path:

@@ -42,7 +42,7 @@ def test_list_filters_by_status_and_scope(store: Path) -> None:
     rows = cli_json("runs", "list", "--store", str(store))["runs"]
     assert {(r["run_id"], r["status"], r["waiting"]) for r in rows} == {
         ("asks", "active", 1), ("busy", "completed", 0), ("done", "completed", 0),
-        ("pending", "active", 1)}
+        ("pending", "active", 1), ("slow", "completed", 0)}
     active = cli_json("runs", "list", "--store", str(store), "--status", "active")["runs"]
     assert [r["run_id"] for r in active] == ["asks", "pending"]
     assert cli_json("runs", "list", "--store", str(store), "--scope", "other")["runs"] == []
@@ -85,6 +85,11 @@ def test_timeline_mermaid_and_json(store: Path) -> None:
     kinds = {(m["kind"], m["lane"]) for m in tl["marks"]}
     assert {("takeover", "run"), ("approval", "tool #2"), ("recovery", "tool #2")} <= kinds
     assert [b["epoch"] for b in tl["epochs"]] == [1, 2]
+    slow = json.loads(cli("runs", "timeline", "slow", "--store", str(store), "--format",
+                          "json").stdout)
+    model = [(s["outcome"], s["start"], s["end"]) for s in slow["spans"]]
+    assert [o for o, _, _ in model] == ["recovered", "completed"]
+    assert ("recovery", "model") in {(m["kind"], m["lane"]) for m in slow["marks"]}
 
 
 def test_approve_then_replay(store: Path) -> None:
@@ -118,6 +123,12 @@ def test_respond_with_json_payload(store: Path, tmp_path: Path) -> None:
     bad = cli("runs", "respond", "asks", call["call_id"], '{"a": 1, "a": 2}',
               "--store", str(store))
     assert bad.exit_code == 64 and "strict JSON" in bad.stderr
+    huge = cli("runs", "respond", "asks", call["call_id"], "-", "--store", str(store),
+               input='"' + "x" * (1 << 20) + '"')
+    assert huge.exit_code == 64 and "larger than" in huge.stderr
+    deep = cli("runs", "respond", "asks", call["call_id"], "[" * 5000 + "]" * 5000,
+               "--store", str(store))
+    assert deep.exit_code == 64 and "Traceback" not in deep.output
     payload = tmp_path / "answer.json"
     payload.write_text('{"region": "eu", "n": 3}')
     ok = cli_json("runs", "respond", "asks", call["call_id"], f"@{payload}",
