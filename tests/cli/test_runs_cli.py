@@ -147,3 +147,31 @@ def test_errors_are_reported_not_raised(store: Path, tmp_path: Path) -> None:
     usage = cli("runs", "list", "--store", str(store), "--status", "bogus")
     assert usage.exit_code == 64
     assert "Traceback" not in missing.output + unknown.output + usage.output
+
+
+def test_runs_on_a_store_after_kill9(tmp_path: Path) -> None:
+    """A real SIGKILL mid-call: ``runs show`` / ``timeline`` show the takeover, the lost
+    call (effect_unknown) beside the completed one, and the answer."""
+    import signal
+    import subprocess
+    import sys
+
+    app = Path(__file__).with_name("kill9_app.py")
+    store = tmp_path / "k9.sqlite3"
+    first = subprocess.Popen([sys.executable, str(app), "first", str(store)],
+                             stdout=subprocess.PIPE, text=True)
+    assert first.stdout is not None
+    line = first.stdout.readline()  # blocks until the slow call runs (or the child dies)
+    assert line == "tool started\n"
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=60)
+    second = subprocess.run([sys.executable, str(app), "second", str(store)],
+                            capture_output=True, text=True, timeout=120)
+    assert second.stdout == "results: 42, effect_unknown\n", second.stderr
+    show = cli_json("runs", "show", "k9-run", "--store", str(store))
+    assert show["status"] == "completed" and show["epoch"] == 2
+    tl = json.loads(cli("runs", "timeline", "k9-run", "--store", str(store), "--format",
+                        "json").stdout)
+    tools = {(s["lane"], s["label"], s["outcome"]) for s in tl["spans"] if s["kind"] == "tool"}
+    assert tools == {("tool #1", "t.fast", "completed"), ("tool #2", "t.slow", "unknown")}
+    assert ("takeover", "run") in {(m["kind"], m["lane"]) for m in tl["marks"]}
