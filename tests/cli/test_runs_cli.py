@@ -151,7 +151,7 @@ def test_errors_are_reported_not_raised(store: Path, tmp_path: Path) -> None:
 
 def test_runs_on_a_store_after_kill9(tmp_path: Path) -> None:
     """A real SIGKILL mid-call: ``runs show`` / ``timeline`` show the takeover, the lost
-    call (effect_unknown) beside the completed one, and the answer."""
+    call (effect_unknown) in its lane beside the other call, and the answer."""
     import signal
     import subprocess
     import sys
@@ -167,11 +167,15 @@ def test_runs_on_a_store_after_kill9(tmp_path: Path) -> None:
     first.wait(timeout=60)
     second = subprocess.run([sys.executable, str(app), "second", str(store)],
                             capture_output=True, text=True, timeout=120)
-    assert second.stdout == "results: 42, effect_unknown\n", second.stderr
+    # the fast call ran beside the slow one: the kill may or may not have caught it too
+    fast_result = second.stdout.removeprefix("results: ").split(", ")[0]
+    assert second.stdout in ("results: 42, effect_unknown\n",
+                             "results: effect_unknown, effect_unknown\n"), second.stderr
     show = cli_json("runs", "show", "k9-run", "--store", str(store))
     assert show["status"] == "completed" and show["epoch"] == 2
     tl = json.loads(cli("runs", "timeline", "k9-run", "--store", str(store), "--format",
                         "json").stdout)
     tools = {(s["lane"], s["label"], s["outcome"]) for s in tl["spans"] if s["kind"] == "tool"}
-    assert tools == {("tool #1", "t.fast", "completed"), ("tool #2", "t.slow", "unknown")}
+    fast_outcome = "completed" if fast_result == "42" else "unknown"
+    assert tools == {("tool #1", "t.fast", fast_outcome), ("tool #2", "t.slow", "unknown")}
     assert ("takeover", "run") in {(m["kind"], m["lane"]) for m in tl["marks"]}
