@@ -216,3 +216,23 @@ async def test_cancel_facts_are_streamed_and_a_late_subscriber_gets_history(
     assert [(e.kind, e.committed, e.position) for e in late] == \
         [(e.kind, e.committed, e.position) for e in events]
     assert [type(f).WIRE_NAME for e in tail for f in e.committed] == ["run_ended"]
+
+
+async def test_per_run_events_interleave_provisional_progress(store: Any) -> None:
+    from runx_actors.executors import ScriptedModel
+    from runx_actors.runtime import Durability
+
+    model = ScriptedModel([reply("streamed")])
+    events: list[Event] = []
+    with trio.fail_after(HANG):
+        async with open_local_executor(models={"m": model}) as ex, \
+                open_runtime(store, ex, scope="s", model="m") as rt:
+            await rt.create_run("p1", ["hi"])
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_collect, rt, "p1", events)
+                await trio.testing.wait_all_tasks_blocked()
+                await rt.drive("p1")
+    deltas = [e for e in events if e.kind is EventKind.MODEL_TEXT_DELTA]
+    assert deltas and all(e.durability is Durability.PROVISIONAL for e in deltas)
+    assert json.loads(deltas[0].payload or "{}") == {"text": "streamed"}
+    assert events[-1].kind is EventKind.RUN_FINISHED
