@@ -140,7 +140,13 @@ _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.
 @click.group("runs")
 def runs() -> None:
     """Look inside a run store: list, show, log, timeline; approve, reject, respond,
-    cancel."""
+    cancel.
+
+    The reads need no ownership and write nothing. approve/reject/respond/cancel open the
+    Run's scope as its writer for the command (bumping its epoch: a runtime that owned
+    the scope gets OwnershipLostError on its next write). Exit codes: 0 done, 1 refused
+    or not found, 64 usage error.
+    """
 
 
 @runs.command("list")
