@@ -17,7 +17,7 @@ import attrs
 
 from ..protocol import facts as F
 from ..protocol.errors import RunNotFoundError
-from ..protocol.state import ToolStep
+from ..protocol.state import Open, ToolStep
 from ..protocol.values import ResponsePolicy, ToolFailureOutcome, Usage
 from ..runtime._app import read_answer, waiting_for
 from ..runtime._results import Answer, WaitingCall
@@ -127,6 +127,8 @@ def _current(state: Any) -> str:
     cur = state.current
     if cur is None:
         return ""
+    if isinstance(cur, Open):
+        return "open (between steps)"
     if isinstance(cur, ToolStep):
         statuses = sorted({c.status.value for c in cur.calls})
         return f"tool ({', '.join(statuses)})"

@@ -179,3 +179,28 @@ def test_runs_on_a_store_after_kill9(tmp_path: Path) -> None:
     fast_outcome = "completed" if fast_result == "42" else "unknown"
     assert tools == {("tool #1", "t.fast", fast_outcome), ("tool #2", "t.slow", "unknown")}
     assert ("takeover", "run") in {(m["kind"], m["lane"]) for m in tl["marks"]}
+
+
+def test_a_run_id_in_two_scopes_needs_scope(store: Path) -> None:
+    import trio
+
+    from runx_actors.app import open_sqlite_runtime
+    from runx_actors.executors import ScriptedModel
+
+    async def other_scope() -> None:
+        async with open_sqlite_runtime(store, scope="other", model="m",
+                                       models={"m": ScriptedModel([reply_done()])}) as rt:
+            await rt.create_run("done", ["again"])
+
+    trio.run(other_scope)
+    ambiguous = cli("runs", "show", "done", "--store", str(store))
+    assert ambiguous.exit_code == 64 and "app, other" in ambiguous.stderr
+    scoped = cli_json("runs", "show", "done", "--store", str(store), "--scope", "other")
+    assert scoped["scope"] == "other" and scoped["status"] == "active"
+    assert scoped["current"] == "open (between steps)"
+
+
+def reply_done() -> Any:
+    from runx_actors.executors import reply
+
+    return reply("done")
