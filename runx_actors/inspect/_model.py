@@ -150,7 +150,7 @@ async def run_view(reader: SessionReader, frozen: FrozenStore, scope: str,
     result = state.result
     failure = None
     if result is not None and result.failure is not None:
-        failure = {k: str(v) for k, v in attrs.asdict(result.failure).items()}
+        failure = {k.rstrip("_"): str(v) for k, v in attrs.asdict(result.failure).items()}
     return RunView(scope=scope, run_id=run_id, status=_status(state),
                    reason=str(result.reason.value) if result is not None else "",
                    failure=failure, current=_current(state), waiting=waiting_for(state),
