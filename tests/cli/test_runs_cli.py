@@ -204,3 +204,11 @@ def reply_done() -> Any:
     from runx_actors.executors import reply
 
     return reply("done")
+
+
+def test_a_damaged_store_exits_3_and_is_left_alone(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.sqlite3"
+    empty.write_bytes(b"")
+    out = cli("runs", "list", "--store", str(empty))
+    assert out.exit_code == 3 and "store check" in out.stderr
+    assert empty.read_bytes() == b""  # nothing was written
