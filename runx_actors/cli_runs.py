@@ -14,7 +14,8 @@ PostgreSQL DSN: ``postgresql://…`` or ``host=… dbname=…``), else ``$RUNX_A
 else ``<workspace>/.runx/store``.
 Every command prints a rich table on a terminal, or one JSON document with ``--json``.
 
-Exit codes: 0 done; 1 the store refused or has no such Run (message and hint on stderr);
+Exit codes: 0 done; 1 the store refused or has no such Run (message and hint on stderr); 3
+the store is damaged (``CorruptStoreError`` / ``CorruptRecordError``, as for ``store check``);
 64 usage error (bad option, a Run id found in several scopes without ``--scope``).
 """
 
