@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "open_runtime": "runx_actors.runtime",
+    "ActorRuntime": "runx_actors.runtime",
     "RunRuntime": "runx_actors.runtime",
     "RunHandle": "runx_actors.runtime",
     "Settings": "runx_actors.runtime",

@@ -12,7 +12,7 @@ import pytest
 README_API = {
     "runx_actors": ["open_runtime", "MemoryStore", "open_sqlite_store", "OwnershipLostError",
                     "StaleRuntimeError"],
-    "runx_actors.runtime": ["open_runtime", "Settings", "RunRuntime", "RunHandle",
+    "runx_actors.runtime": ["open_runtime", "Settings", "ActorRuntime", "RunHandle",
                             "Reconciler", "Runtime", "LoopResult", "LoopDisposition",
                             "Answer", "WaitingCall", "Created", "Event", "EventKind",
                             "approve", "reject", "answer", "accept_input", "cancel_run"],

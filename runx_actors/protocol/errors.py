@@ -245,7 +245,7 @@ class DriveCancelledError(LoopError):
 
 
 class RuntimeClosedError(LoopError):
-    """The RunRuntime is closed or closing, or the Run's actor stopped, before the request
+    """The ActorRuntime is closed or closing, or the Run's actor stopped, before the request
     was answered (RUN-ACT-3). Nothing more is done for the request; what it committed
     before stays committed."""
 

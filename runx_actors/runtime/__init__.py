@@ -1,6 +1,6 @@
 """The trio shell: Run actors, the runtime, takeover and the application surface.
 
-Tier T3/T5 (spec §5, §6.10): ``RunRuntime`` holds one ``RunActor`` per Run being
+Tier T3/T5 (spec §5, §6.10): ``ActorRuntime`` holds one ``RunActor`` per Run being
 operated on; ``RunHandle`` drives, advances and delivers; the ``Reconciler`` performs
 takeover; ``open_runtime`` is the entry point applications meet first.
 """
@@ -50,11 +50,14 @@ from ._results import Answer as Answer
 from ._results import LoopDisposition as LoopDisposition
 from ._results import LoopResult as LoopResult
 from ._results import WaitingCall as WaitingCall
+from ._runtime import ActorRuntime as ActorRuntime
 from ._runtime import RunHandle as RunHandle
-from ._runtime import RunRuntime as RunRuntime
 from ._settings import DispatchPolicy as DispatchPolicy
 from ._settings import Settings as Settings
 from ._settings import TargetRequest as TargetRequest
+
+#: The name ``ActorRuntime`` had before issue 10 (still importable, not documented).
+RunRuntime = ActorRuntime
 
 __all__ = [
     "ActorStatistics", "AGENT_INPUT", "Runtime", "ToolOffer", "TranscriptBuilder",
@@ -64,7 +67,7 @@ __all__ = [
     "MemoryDispatchLedger", "BUDGET_EXCEEDED", "MODEL_RESEND_LIMIT",
     "MODEL_STEP_LIMIT", "TOOL_LOOKUP_LIMIT", "MailboxStatistics", "Decision",
     "MissingPolicy", "Reconciler", "Verdict", "assignment_from_target",
-    "recover_interrupted", "LoopDisposition", "LoopResult", "RunHandle", "RunRuntime",
+    "recover_interrupted", "LoopDisposition", "LoopResult", "RunHandle", "ActorRuntime",
     "DispatchPolicy", "Settings", "TargetRequest", "Created", "PromptBuilder",
     "RuntimeStore", "ScopeWriter", "Answer", "WaitingCall", "AWAITING_APPROVAL",
     "AWAITING_RESPONSE", "AWAITING_APPROVAL_OR_RESPONSE",

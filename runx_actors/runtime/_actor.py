@@ -30,7 +30,7 @@ from ._results import LoopDisposition, LoopResult
 from ._settings import Settings
 
 if TYPE_CHECKING:
-    from ._runtime import RunRuntime
+    from ._runtime import ActorRuntime
 
 __all__ = ["RunActor", "ActorStatistics", "Request"]
 
@@ -111,11 +111,11 @@ _NOTHING_IN_FLIGHT: dict[Any, Any] = {}
 
 
 class RunActor:
-    """The single owner of one Run's loop operations inside a RunRuntime."""
+    """The single owner of one Run's loop operations inside a ActorRuntime."""
 
     __slots__ = ("driver", "in_flight", "mailbox", "operations", "run_id", "runtime")
 
-    def __init__(self, runtime: RunRuntime, run_id: str, mailbox_size: int) -> None:
+    def __init__(self, runtime: ActorRuntime, run_id: str, mailbox_size: int) -> None:
         self.runtime = runtime
         self.run_id = run_id
         self.mailbox = Mailbox(mailbox_size)

@@ -66,7 +66,7 @@ from ._results import (
     LoopResult,
     WaitingCall,
 )
-from ._runtime import RunRuntime
+from ._runtime import ActorRuntime
 from ._settings import Settings
 
 __all__ = [
@@ -377,7 +377,7 @@ class Runtime:
     """What ``open_runtime`` yields: the application's handle on one scope.
 
     ``store`` is the store given to ``open_runtime``; ``writer`` the scope's writer
-    (epoch ``writer.epoch``); ``runtime`` the actor layer (:class:`RunRuntime`; one actor
+    (epoch ``writer.epoch``); ``runtime`` the actor layer (:class:`ActorRuntime`; one actor
     per Run being operated on); ``builder`` the default PromptBuilder; ``recovered`` how
     many Runs takeover reconciliation settled at open (RUN-CMT-7).
 
@@ -390,7 +390,7 @@ class Runtime:
 
     store: RuntimeStore
     writer: ScopeWriter
-    runtime: RunRuntime
+    runtime: ActorRuntime
     builder: PromptBuilder
     recovered: int = 0
 
@@ -565,7 +565,7 @@ class Runtime:
     async def cancel(self, run_id: RunID, request_id: str = "") -> CommitResult:
         """End the Run as ``stopped``/``cancelled`` (RUN-LOP-2, RUN-ACT-4): commits
         CancelRun under ``"cancel:" + (request_id or run_id)`` (idempotent) through
-        ``RunRuntime.cancel_run``: the Run's in-flight effects are cancelled at the
+        ``ActorRuntime.cancel_run``: the Run's in-flight effects are cancelled at the
         executor and a concurrent drive returns FINISHED within ``drain_timeout``; an
         idle Run ends at once. Raises RunTerminalError (already ended), RunNotFoundError,
         OwnershipLostError."""
@@ -693,7 +693,7 @@ async def open_runtime(store: RuntimeStore, executor: effect.ExecutionPort, *,
     Opens the writer (epoch + 1), runs ``recover_interrupted`` once with *reconciler*
     (default: ``Reconciler(executor)``; its ``epoch`` is set to the writer's), then
     starts :meth:`Reconciler.watch` in the runtime's nursery — it settles the effects
-    takeover kept EXECUTING through the runtime's Watcher and ``RunRuntime.deliver``
+    takeover kept EXECUTING through the runtime's Watcher and ``ActorRuntime.deliver``
     (unless the reconciler has its own ``watcher``/``on_outcome``) and retries owed
     redispatches every ``requeue_after`` seconds (RUN-CMT-7, RUN-EXE-15) — and yields a
     :class:`Runtime`. The default builder is a :class:`TranscriptBuilder` for *model*
@@ -718,7 +718,7 @@ async def open_runtime(store: RuntimeStore, executor: effect.ExecutionPort, *,
         if builder is None:
             builder = TranscriptBuilder(writer, store.frozen, model, tools, system=system)
         try:
-            async with RunRuntime(writer, executor, settings, mailbox_size=mailbox_size,
+            async with ActorRuntime(writer, executor, settings, mailbox_size=mailbox_size,
                                   sink=sink) as rt:
                 nursery = rt._nursery
                 assert nursery is not None  # open inside the async with

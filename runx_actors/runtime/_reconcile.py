@@ -56,7 +56,7 @@ __all__ = [
 
 _log = logging.getLogger("runx_actors.runtime.reconcile")
 
-#: ``on_outcome(outcome)``: settle an Outcome (default: ``RunRuntime.deliver``).
+#: ``on_outcome(outcome)``: settle an Outcome (default: ``ActorRuntime.deliver``).
 OutcomeCallback = Callable[[Any], Awaitable[object]]
 #: ``on_fail(key, error)``: the key is no longer watched; its target stays EXECUTING.
 FailCallback = Callable[[Any, Exception], Awaitable[object]]
@@ -154,13 +154,13 @@ class Reconciler:
         missing: what a ``missing`` key gets: DISPOSE_MISSING (abort, then dispose) or
             REDISPATCH_MISSING (offer it again through *redispatch* under *ledger*).
         ledger, redispatch: the DispatchLedger and the route ``redispatch(key)`` (normally
-            ``RunRuntime.run(key.run_id).redispatch``) that REDISPATCH_MISSING needs.
+            ``ActorRuntime.run(key.run_id).redispatch``) that REDISPATCH_MISSING needs.
         budget: attempts per key the ledger may plan (``dispatch_planned(n)``, n ≤
             budget), and redispatch calls this reconciler makes for one owed attempt.
         watcher: the Watcher :meth:`watch` registers kept keys with (default: the one
             given to :meth:`watch`, normally the runtime's).
         on_outcome: ``await on_outcome(outcome)`` settles a kept key's Outcome (default:
-            the one given to :meth:`watch`, normally ``RunRuntime.deliver``).
+            the one given to :meth:`watch`, normally ``ActorRuntime.deliver``).
         on_fail: ``await on_fail(key, error)`` when a kept key stops being watched
             without an Outcome — a definitive read error (``ExecutionNotFoundError``,
             ``OutcomeUnavailableError``) or an error of a re-plan; the target stays
@@ -365,7 +365,7 @@ class Reconciler:
 
         Arguments: *store* is the writer's RunStore (``writer.run_store()``); *watcher*,
         *on_outcome*, *on_fail* are used where the constructor left None (``open_runtime``
-        passes the runtime's Watcher and ``RunRuntime.deliver``).
+        passes the runtime's Watcher and ``ActorRuntime.deliver``).
 
         Cancellation: cancelling the enclosing scope stops every wait; nothing is
         committed half-way (each commit is one store call).

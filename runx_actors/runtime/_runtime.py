@@ -1,8 +1,8 @@
-"""RunRuntime and RunHandle (spec §5.1; RUN-CMT-6, INV-27, INV-43).
+"""ActorRuntime and RunHandle (spec §5.1; RUN-CMT-6, INV-27, INV-43).
 
-One RunRuntime per SessionWriter per process: the registry of Run actors, the executor,
+One ActorRuntime per SessionWriter per process: the registry of Run actors, the executor,
 the Watcher and the nursery they live in. ``RunHandle`` is the address of one Run; get it
-from :meth:`RunRuntime.run`.
+from :meth:`ActorRuntime.run`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ._events import EventHub, EventSink, tee
 from ._results import LoopResult
 from ._settings import Settings
 
-__all__ = ["RunRuntime", "RunHandle"]
+__all__ = ["ActorRuntime", "RunHandle"]
 
 
 def _unmasked(cancelled: trio.Cancelled, request: Request) -> BaseException:
@@ -49,22 +49,22 @@ def _unmasked(cancelled: trio.Cancelled, request: Request) -> BaseException:
 _WRITERS_WITH_RUNTIME: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-class RunRuntime:
+class ActorRuntime:
     """The in-process owner of a scope's Runs.
 
-    Use as ``async with RunRuntime(writer, executor, settings) as rt:``. Entering opens
+    Use as ``async with ActorRuntime(writer, executor, settings) as rt:``. Entering opens
     the nursery that holds the actors and the Watcher; leaving cancels them (settlements
     in flight finish inside their shielded, time-limited sections).
 
     Raises:
-        ValidationError: a second RunRuntime for the same writer (§4.5).
+        ValidationError: a second ActorRuntime for the same writer (§4.5).
     """
 
     def __init__(self, writer: Any, executor: Any, settings: Settings | None = None, *,
                  mailbox_size: int = 16, watcher: Any = None,
                  sink: EventSink | None = None) -> None:
         if writer in _WRITERS_WITH_RUNTIME:
-            raise ValidationError("a RunRuntime already exists for this writer",
+            raise ValidationError("a ActorRuntime already exists for this writer",
                                   scope=getattr(writer, "scope", ""))
         _WRITERS_WITH_RUNTIME.add(writer)
         self.writer = writer
@@ -87,9 +87,10 @@ class RunRuntime:
 
     @property
     def scope(self) -> str:
+        """The scope whose writer this runtime uses (RUN-CMT-6)."""
         return str(self.writer.scope)
 
-    async def __aenter__(self) -> RunRuntime:
+    async def __aenter__(self) -> ActorRuntime:
         stack = contextlib.AsyncExitStack()
         await stack.__aenter__()
         try:
@@ -128,9 +129,12 @@ class RunRuntime:
         return frozenset(self._actors)
 
     def statistics(self) -> tuple[ActorStatistics, ...]:
+        """One ActorStatistics per live actor (mailbox depth, operations; INV-43)."""
         return tuple(a.statistics() for a in self._actors.values())
 
     def sink_for(self, sink: EventSink | None) -> EventSink | None:
+        """The sink committed events go to: the hub, the runtime's sink and *sink*
+        (§5.13)."""
         return tee(self.hub, self._sink, sink)
 
     def progress_sink_for(self, run_id: str, sink: EventSink | None) -> EventSink | None:
@@ -189,22 +193,22 @@ class RunRuntime:
 
 
 class RunHandle:
-    """The address of one Run's actor. Obtain it from :meth:`RunRuntime.run`."""
+    """The address of one Run's actor. Obtain it from :meth:`ActorRuntime.run`."""
 
     __slots__ = ("_runtime", "run_id", "settings")
 
     def __init__(self, *_: Any, **__: Any) -> None:
-        raise TypeError("RunHandle is obtained from RunRuntime.run()")
+        raise TypeError("RunHandle is obtained from ActorRuntime.run()")
 
     @classmethod
-    def _create(cls, runtime: RunRuntime, run_id: str, settings: Settings) -> RunHandle:
+    def _create(cls, runtime: ActorRuntime, run_id: str, settings: Settings) -> RunHandle:
         self = object.__new__(cls)
         self._runtime = runtime
         self.run_id = run_id
         self.settings = settings
         return self
 
-    _runtime: RunRuntime
+    _runtime: ActorRuntime
     run_id: str
     settings: Settings
 

@@ -358,7 +358,7 @@ STARTS = (F.ModelStepStarted, F.ToolCallStarted)
 class Env:
     """One owner: a LocalExecutor (``local``), what the runtime sees (``executor``,
     possibly a ProxyExecutor), the writer the runtime uses (possibly wrapped), the
-    RunRuntime and the default builder; ``app`` is the open_runtime facade when the
+    ActorRuntime and the default builder; ``app`` is the open_runtime facade when the
     environment was opened through it."""
 
     local: Any
@@ -436,11 +436,11 @@ async def open_wrapped_env(store: Any, *, tools: Sequence[Any] = (), model: Any 
                            local: Any = None, scope: str = SCOPE) -> Any:
     """Like :func:`open_env`, but the runtime runs over ``wrap(writer)`` (default: a
     :class:`FaultyWriter`), built by hand: ``store.open`` → ``recover_interrupted`` →
-    ``RunRuntime``. Pass ``local`` to reuse an already open LocalExecutor."""
+    ``ActorRuntime``. Pass ``local`` to reuse an already open LocalExecutor."""
     from contextlib import AsyncExitStack
 
     from runx_actors.executors import open_local_executor
-    from runx_actors.runtime import Reconciler, RunRuntime, recover_interrupted
+    from runx_actors.runtime import ActorRuntime, Reconciler, recover_interrupted
     from runx_actors.testing.faults import FaultyWriter
 
     async with AsyncExitStack() as stack:
@@ -452,7 +452,7 @@ async def open_wrapped_env(store: Any, *, tools: Sequence[Any] = (), model: Any 
         writer = (wrap or FaultyWriter)(inner)
         try:
             await recover_interrupted(writer, Reconciler(executor))
-            async with RunRuntime(writer, executor, settings, sink=sink) as runtime:
+            async with ActorRuntime(writer, executor, settings, sink=sink) as runtime:
                 builder = TranscriptBuilder(writer, store.frozen, MODEL, tools)
                 yield Env(local, executor, writer, runtime, builder)
         finally:

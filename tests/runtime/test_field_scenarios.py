@@ -64,12 +64,12 @@ from runx_actors.protocol.values import (
 )
 from runx_actors.runtime import (
     BUDGET_EXCEEDED,
+    ActorRuntime,
     EventKind,
     LoopDisposition,
     MemoryDispatchLedger,
     MissingPolicy,
     Reconciler,
-    RunRuntime,
     Settings,
     open_runtime,
     recover_interrupted,
@@ -173,7 +173,7 @@ async def test_field_1_outcome_persisted_then_crash(store, store_factory, autoju
                     reconciler = Reconciler(ex)
                     assert await recover_interrupted(writer, reconciler) == 0
                     assert reconciler.kept == ([] if point == "commit_applied" else [key])
-                    async with RunRuntime(writer, ex) as rt:
+                    async with ActorRuntime(writer, ex) as rt:
                         if reconciler.kept:  # the host settles what takeover kept
                             kept = await rt.watcher.await_outcome(key)
                             assert kept == first
@@ -204,7 +204,7 @@ async def _replay_on_restarted_executor(store: Any, writer: Any, tools: Any, mod
     again = Probe(result="charged")
     new_tools = [probe_tool("charge", again, replay=ToolReplay.ALLOWED)]
     async with open_local_executor(tools=new_tools, models={MODEL: model}) as fresh:
-        async with RunRuntime(writer, fresh) as rt:
+        async with ActorRuntime(writer, fresh) as rt:
             ledger = MemoryDispatchLedger()
             reconciler = Reconciler(fresh, missing=MissingPolicy.REDISPATCH_MISSING,
                                     ledger=ledger,
@@ -270,7 +270,7 @@ async def test_field_2_sweep_adopts_live_run(store, autojump_clock, moment: str)
                         if moment != "tool_running":
                             assert isinstance(box.error, OwnershipLostError)
                         with pytest.raises(ValidationError):
-                            RunRuntime(app_b.writer, ex)  # one runtime per writer
+                            ActorRuntime(app_b.writer, ex)  # one runtime per writer
 
                         if moment == "tool_running":  # B settles the effect it kept
                             await sink.wait_for(EventKind.TOOL_COMPLETED)
@@ -442,7 +442,7 @@ async def test_field_4_slow_writer_after_takeover(store, store_factory,
                         assert all(f.outcome is ToolFailureOutcome.UNKNOWN for f in after)
                         assert sink.of(EventKind.TOOL_COMPLETED) == []
 
-                        async with RunRuntime(writer_b, ex_b) as rt_b:
+                        async with ActorRuntime(writer_b, ex_b) as rt_b:
                             result = await rt_b.run(RUN).drive(transcript(writer_b, other,
                                                                           b_tools))
                             assert result.disposition is LoopDisposition.FINISHED
@@ -484,7 +484,7 @@ async def test_field_5_late_outcome_of_superseded_attempt(store, store_factory, 
                                            models={MODEL: new_model}) as new_ex:
                 async with store_factory() as restarted:
                     writer = await restarted.open(SCOPE)
-                    async with RunRuntime(writer, new_ex) as rt:
+                    async with ActorRuntime(writer, new_ex) as rt:
                         if new_owner == "disposes":
                             assert await recover_interrupted(writer, Reconciler(new_ex)) == 1
                             assert new_ex.history(key) == ("execution_aborted",)

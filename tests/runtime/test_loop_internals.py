@@ -72,10 +72,10 @@ from runx_actors.protocol.values import (
     ToolScheduling,
 )
 from runx_actors.runtime import (
+    ActorRuntime,
     EventKind,
     LoopDisposition,
     Reconciler,
-    RunRuntime,
     Settings,
     TargetRequest,
     recover_interrupted,
@@ -205,7 +205,7 @@ async def test_takeover_disposes_executing_call_and_fences_old_owner(store, auto
                     assert call.failure.outcome is ToolFailureOutcome.UNKNOWN
                     assert call.effect == started.effect
 
-                    async with RunRuntime(writer, fresh) as rt:
+                    async with ActorRuntime(writer, fresh) as rt:
                         result = await rt.run(RUN).drive(transcript(writer, store, new_tools))
                         assert result.disposition is LoopDisposition.FINISHED
                         assert result.result is not None
@@ -241,7 +241,7 @@ async def test_takeover_reattaches_running_attempt(store, autojump_clock) -> Non
             state = (await writer.record(RUN)).state
             assert state.current == step  # still EXECUTING under its original effect
 
-            async with RunRuntime(writer, ex) as rt:
+            async with ActorRuntime(writer, ex) as rt:
                 gate.set()
                 outcome = await rt.watcher.await_outcome(key)
                 result = await rt.deliver(outcome)
@@ -276,7 +276,7 @@ async def test_takeover_disposes_when_attach_is_missing(store, autojump_clock) -
             recovered = of_type(await writer.run_facts(RUN), F.ModelStepRecovered)
             assert [(f.step_id, f.effect) for f in recovered] == [(step.id, step.effect)]
 
-            async with RunRuntime(writer, fresh) as rt:
+            async with ActorRuntime(writer, fresh) as rt:
                 handle = rt.run(RUN)
                 builder = transcript(writer, store)
                 advanced = await handle.advance(builder)
@@ -1265,7 +1265,7 @@ async def test_closed_runtime_refuses_requests(store, autojump_clock) -> None:
         async with open_local_executor(models={MODEL: GatedModel([reply("x")])}) as ex:
             writer = await store.open(SCOPE)
             await create(writer)
-            async with RunRuntime(writer, ex) as runtime:
+            async with ActorRuntime(writer, ex) as runtime:
                 pass
             with pytest.raises(RuntimeClosedError):
                 await runtime.run(RUN).drive(transcript(writer, store))
@@ -1285,7 +1285,7 @@ async def test_runtime_shutdown_answers_a_waiting_caller(store, autojump_clock) 
             writer = await store.open(SCOPE)
             await create(writer)
             async with trio.open_nursery() as outer:
-                async with RunRuntime(writer, ex) as runtime:
+                async with ActorRuntime(writer, ex) as runtime:
                     box = start(outer, runtime.run(RUN).drive, transcript(writer, store, tools))
                     await probe.started.wait()
                 await box.wait()

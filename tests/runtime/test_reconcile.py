@@ -30,6 +30,7 @@ from runx_actors.protocol.plan import RecoveryTarget, recovery_targets
 from runx_actors.protocol.state import MachineState, ModelStep, Open
 from runx_actors.protocol.values import ModelStepStatus, RunStatus
 from runx_actors.runtime import (
+    ActorRuntime,
     Dispatched,
     DispatchPlanned,
     GivenUp,
@@ -38,7 +39,6 @@ from runx_actors.runtime import (
     MemoryDispatchLedger,
     MissingPolicy,
     Reconciler,
-    RunRuntime,
     Verdict,
     assignment_from_target,
     open_runtime,
@@ -343,7 +343,7 @@ async def test_requeue_redispatches_owed_attempt_after_requeue_after(
             await ledger.append(key, DispatchPlanned(1), seq=0, epoch=writer.epoch - 1)
             await ledger.append(key, Dispatched(1), seq=1, epoch=writer.epoch - 1)
 
-            async with RunRuntime(writer, proxy) as rt:
+            async with ActorRuntime(writer, proxy) as rt:
                 calls: list[float] = []
                 delivered: list[Any] = []
 
