@@ -166,7 +166,8 @@ def select_run_facts(
     position on (the events left-joined with their commit, ``head`` the ``runs`` row's);
     its parameters are scope, run id, scope, stream, first position (*start* - 1 when
     *start* > 0, so the chain of the row before is known). RunNotFoundError when *start*
-    is 0 and there are no rows.
+    is 0 and there are no rows and no ``runs`` row; CorruptRecordError when the ``runs``
+    row is there but the stream is empty.
 
     Raises: RunNotFoundError, CorruptRecordError, CorruptStoreError (``table="runs"``).
     """
@@ -177,6 +178,14 @@ def select_run_facts(
         params += (stop,)
     rows = conn.execute(sql + " ORDER BY e.idx", params).fetchall()
     if not rows and start == 0:
+        # a ``runs`` row without a stream is damage (every event deleted), not an
+        # unknown Run; the placeholder style (``?`` / ``%s``) is *stop_sql*'s
+        mark = "%s" if "%s" in stop_sql else "?"
+        known = conn.execute(f"SELECT head FROM runs WHERE scope = {mark} AND run_id = {mark}",
+                             (scope, run_id)).fetchone()
+        if known is not None:
+            raise _damaged(scope, stream, 0, f"the Run's events are missing (its head is "
+                           f"{known[0]!r})", reason="tail_missing", run_id=run_id)
         raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
     checked = verify_chain(scope, stream, rows, start, run_id=run_id)
     if stop is None and rows:
@@ -230,9 +239,16 @@ def fenced(scope: Scope, epoch: int, current: int) -> OwnershipLostError:
     )
 
 
+#: The largest epoch a scope may persist: one below SQLite's and PostgreSQL's 64-bit
+#: integer maximum, so the next open can still bump it (``epoch + 1`` past 2**63 - 1
+#: overflows in SQL: SQLite turns it into a REAL, PostgreSQL raises).
+MAX_EPOCH = 2**63 - 1
+
+
 def check_epoch_row(scope: Scope, epoch: Any, last_commit_epoch: int) -> None:
     """Validate *scope*'s persisted epoch (None: no ``scopes`` row) against the epoch of
-    its newest commit (0: none) (RUN-STO-2).
+    its newest commit (0: none) (RUN-STO-2). A valid epoch is an int in
+    ``1 … MAX_EPOCH - 1``.
 
     Raises:
         CorruptStoreError: ``table="scopes"``, ``row`` = the scope.
@@ -243,7 +259,8 @@ def check_epoch_row(scope: Scope, epoch: Any, last_commit_epoch: int) -> None:
                 f"scope {scope!r} has commits (up to epoch {last_commit_epoch}) but no "
                 "epoch row", table="scopes", row=scope, scope=scope, reason="epoch_missing")
         return
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+    if (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1
+            or epoch >= MAX_EPOCH):
         raise CorruptStoreError(f"scope {scope!r} has the invalid epoch {epoch!r}",
                                 table="scopes", row=scope, scope=scope, reason="bad_epoch")
     if epoch < last_commit_epoch:

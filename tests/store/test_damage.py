@@ -150,6 +150,16 @@ def epoch_negative(path: Path, run_id: str) -> None:
     sql(path, "UPDATE scopes SET epoch = -5")
 
 
+def epoch_max(path: Path, run_id: str) -> None:
+    # valid to a lax reader, but the next open's ``epoch + 1`` overflows 64 bits
+    sql(path, "UPDATE scopes SET epoch = 9223372036854775807")
+
+
+def all_facts_deleted(path: Path, run_id: str) -> None:
+    # the ``runs`` row stays: the Run existed, so "not found" would be a misleading answer
+    sql(path, f"DELETE FROM events WHERE stream = 'run/{run_id}'")
+
+
 def last_fact_deleted(path: Path, run_id: str) -> None:
     sql(path, f"DELETE FROM events WHERE stream = 'run/{run_id}' AND idx = "
               f"(SELECT MAX(idx) FROM events WHERE stream = 'run/{run_id}')")
@@ -172,6 +182,7 @@ DAMAGE: dict[str, Callable[[Path, str], None]] = {
     "frozen_deleted": frozen_deleted, "commit_deleted": commit_deleted,
     "epoch_negative": epoch_negative, "last_fact_deleted": last_fact_deleted,
     "middle_fact_deleted": middle_fact_deleted, "fact_edited": fact_edited,
+    "epoch_max": epoch_max, "all_facts_deleted": all_facts_deleted,
 }
 
 
@@ -369,7 +380,7 @@ async def test_transcript_raises_for_a_missing_body(copy: tuple[Path, str],
 
 @pytest.mark.parametrize("epoch, last, reason", [
     (-5, 0, "bad_epoch"), (0, 0, "bad_epoch"), (True, 0, "bad_epoch"), ("3", 0, "bad_epoch"),
-    (2, 3, "epoch_behind"), (None, 1, "epoch_missing"),
+    (2, 3, "epoch_behind"), (None, 1, "epoch_missing"), (2**63 - 1, 0, "bad_epoch"),
 ])
 def test_epoch_rules(epoch: Any, last: int, reason: str) -> None:
     from runx_actors.store._rows import check_epoch_row
