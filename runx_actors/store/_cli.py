@@ -62,6 +62,13 @@ def check(*, target: str, scope: str | None, as_json: bool) -> int:
         report = check_store(target, scope=scope)
     except StoreMissingError as exc:
         raise click.UsageError(str(exc)) from None
+    except ModuleNotFoundError as exc:  # a DSN, but the PostgreSQL extra is not installed
+        if not (exc.name or "").startswith("psycopg"):
+            raise
+        click.echo(f"runx-actors: store check: a PostgreSQL DSN needs {exc.name}, which is "
+                   "not installed", err=True)
+        click.echo("hint: pip install 'runx-actors[postgres]'", err=True)
+        return EX_UNREACHABLE
     except Exception as exc:  # the server could not be reached: say so, no traceback
         if type(exc).__module__.startswith("psycopg"):
             click.echo(f"runx-actors: store check: cannot reach the store: {exc}", err=True)

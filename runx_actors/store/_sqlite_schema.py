@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import uuid
 from pathlib import Path
 
@@ -163,10 +164,17 @@ def check_header(path: str) -> None:
     """Refuse a file that cannot be a store before SQLite touches it (RUN-STO-1).
 
     Raises:
-        CorruptStoreError: zero bytes, shorter than a SQLite header, or not starting with
-            the SQLite magic (garbage); ``reason`` says which.
+        CorruptStoreError: not a regular file (``reason="not_regular"``), zero bytes,
+            shorter than a SQLite header, or not starting with the SQLite magic (garbage);
+            ``reason`` says which.
     """
     try:
+        # a FIFO would block ``open`` (and SQLite) forever, a device reads without end:
+        # only a regular file is read at all
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise corrupt(path, "the store path is not a regular file (a FIFO, device or "
+                                "socket)", reason="not_regular")
         with open(path, "rb") as f:
             head = f.read(100)
     except OSError as exc:

@@ -235,6 +235,38 @@ def test_store_check_usage(tmp_path: Path) -> None:
     assert missing.exit_code == 64 and not (tmp_path / "nope.sqlite3").exists()
 
 
+def test_a_fifo_store_is_refused_without_blocking(tmp_path: Path) -> None:
+    """A FIFO at the store path is refused by its type, never opened (``open`` on a FIFO
+    with no writer blocks for ever). The test holds the FIFO open read-write with 100
+    bytes queued, so a reader that does open it does not hang the test: it reads the
+    bytes and calls them garbage, which is the wrong answer."""
+    (tmp_path / "ws").mkdir()
+    fifo = tmp_path / "fifo.sqlite3"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        os.write(fd, b"x" * 100)
+        result = invoke(["store", "check", str(fifo), "--json"], tmp_path)
+        assert result.exit_code == 3, result.output
+        report = json.loads(result.stdout)
+        assert [p["reason"] for p in report["problems"]] == ["not_regular"]
+        assert os.read(fd, 200) == b"x" * 100  # nothing of it was read
+    finally:
+        os.close(fd)
+
+
+def test_store_check_dsn_without_psycopg(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DSN on an install without the ``postgres`` extra: exit 1 and a hint naming the
+    extra, not an internal error (70)."""
+    import sys
+    (tmp_path / "ws").mkdir()
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # ``import psycopg`` now fails
+    result = invoke(["store", "check", "postgresql://u@127.0.0.1:1/db"], tmp_path)
+    assert result.exit_code == 1, result.output
+    assert "runx-actors[postgres]" in result.stderr and "Traceback" not in result.output
+
+
 def test_resume_on_clean_copy_still_seals(copy: tuple[Path, str]) -> None:
     base, run_id = copy
     result = invoke(["resume", run_id, "answers.json", "--store", STORE, "-R", "D"], base)
