@@ -326,7 +326,16 @@ class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML is untyped
         return value
 
 
+    def construct_yaml_int(self, node: Any) -> int:
+        try:
+            return int(super().construct_yaml_int(node))
+        except ValueError as exc:  # more digits than int() accepts (sys int_max_str_digits)
+            raise MalformedInputError(f"invalid integer: {exc}", source=self._source,
+                                      reason="syntax", line=_line(node.start_mark)) from None
+
+
 _StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 
 
 def _check_expansion(root: Any, source: str, max_depth: int) -> None:

@@ -171,6 +171,7 @@ def test_loads_json_size_cap() -> None:
     ("a: [" * 100 + "]" * 100, "too_deep"),
     ("a: !!python/object:os.system x\n", "syntax"),
     ("a: [1\n", "syntax"),
+    ("a: 1" + "0" * 100_000 + "\n", "syntax"),  # past int()'s digit limit: not a ValueError
 ])
 def test_loads_yaml_refusals(text: str, reason: str) -> None:
     with pytest.raises(MalformedInputError) as info:
