@@ -693,3 +693,22 @@ def test_concurrent_puts_keep_the_index_consistent(store: ReceiptStore) -> None:
         thread.join(30)
     assert errors == []
     assert [entry.receipt_id for entry in store.list()] == sorted(r.id for r in receipts)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_receipt_replaced_by_a_non_file_is_a_finding(store: ReceiptStore, directory: Path,
+                                                       kind: str) -> None:
+    """A receipt file swapped for a FIFO or a directory of the same name does not vanish:
+    ``verify_directory`` reports the directory invalid (it used to skip the entry and
+    report ``valid`` with zero trees), and it does not block on the FIFO."""
+    a, b = _steps(2)
+    store.put(a)
+    store.put(b)
+    path = _file(directory, b)
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    report = verify_directory(directory, keyring=KEYRING)
+    assert not report.valid

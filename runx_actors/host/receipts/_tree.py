@@ -308,6 +308,10 @@ def _load(directory: Path) -> tuple[dict[str, _Node], list[UnreadableFile]]:
             continue
         path = directory / name
         if not path.is_file():
+            # a receipt-named FIFO, device or directory is not skipped: a receipt replaced
+            # by one would otherwise vanish from the report (which then says valid)
+            if receipt_id_from_file_name(name) is not None:
+                unreadable.append(UnreadableFile(name, "is not a regular file"))
             continue
         try:
             data = read_regular_file(path, max_bytes=limit_for("receipt"))
