@@ -267,3 +267,87 @@ def test_harness_with_malformed_fixture_files_never_tracebacks(scratch: Path,
     (scratch / "pkg" / "X.yaml").write_text(_EXAMPLE_XYAML, encoding="utf-8")
     (scratch / "fixture.yaml").write_text(text, encoding="utf-8", errors="surrogatepass")
     assert_clean(run(["harness", "fixture.yaml", "-R", "HD"], scratch))
+
+
+# -- hypothesis: damaged stores (``store check``) and receipt directories (``verify -R``) ---
+
+
+@pytest.fixture(scope="module")
+def sealed(scratch: Path) -> Path:
+    """``scratch/sealed``: one sealed turn of the example, made once through the CLI: its
+    store ``store.sqlite3`` and its receipt directory ``R``."""
+    root = scratch / "sealed"
+    root.mkdir()
+    shutil.copytree(EXAMPLE / "workspace", root / "ws")  # fs.read reads its NOTES.md
+    result = run(["skill", str(EXAMPLE), "-i", "loop_id=l", "-i", "turn_index=1", "-i",
+                  "max_turns=3", "-i", "objective=x", "--store", "store.sqlite3", "-R", "R"],
+                 root)
+    assert result.exit_code == 0, result.output
+    return root
+
+
+@st.composite
+def damaged_bytes(draw: st.DrawFn, original: bytes) -> bytes:
+    """*original* truncated, or with a byte range overwritten / deleted."""
+    how = draw(st.sampled_from(["truncate", "overwrite", "delete", "random"]))
+    if how == "random":
+        return draw(st.binary(max_size=300))
+    start = draw(st.integers(0, len(original)))
+    if how == "truncate":
+        return original[:start]
+    end = draw(st.integers(start, min(len(original), start + 64)))
+    if how == "delete":
+        return original[:start] + original[end:]
+    return original[:start] + draw(st.binary(min_size=1, max_size=16)) + original[end:]
+
+
+def _fingerprint(path: Path) -> list[tuple[str, bytes]]:
+    return sorted((p.name, p.read_bytes()) for p in path.parent.glob(path.name + "*"))
+
+
+@given(data=st.data())
+def test_store_check_on_a_damaged_file_never_tracebacks(sealed: Path,
+                                                         data: st.DataObject) -> None:
+    """``store check`` on a store file damaged at random: exit 0 (the damage missed
+    every page that is read) or 3, never a traceback, and the file is left as it was."""
+    original = (sealed / "store.sqlite3").read_bytes()
+    target = sealed / "damaged.sqlite3"
+    for leftover in sealed.glob("damaged.sqlite3*"):
+        leftover.unlink()
+    target.write_bytes(data.draw(damaged_bytes(original)))
+    before = _fingerprint(target)
+    result = run(["store", "check", "damaged.sqlite3", "--json"], sealed)
+    assert_clean(result, {0, 3})
+    assert _fingerprint(target) == before
+
+
+@given(data=st.data(), which=st.sampled_from(["receipt", "index"]),
+       kind=st.sampled_from(["bytes", "fifo", "directory", "symlink"]))
+def test_verify_on_a_damaged_receipt_directory_never_tracebacks(
+        sealed: Path, data: st.DataObject, which: str, kind: str) -> None:
+    """``verify -R`` on a copy of a sealed receipt directory with its receipt or its
+    index damaged, or replaced by a FIFO, a directory or a symlink: a documented exit
+    code (0 only when the receipt itself is untouched), never a traceback, never a
+    blocked read."""
+    import os
+
+    copy = sealed / "Rdamaged"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(sealed / "R", copy)
+    receipt = next(copy.glob("sha256-*.json"))
+    victim = receipt if which == "receipt" else copy / "index.json"
+    original = victim.read_bytes()
+    victim.unlink()
+    if kind == "bytes":
+        damaged = data.draw(damaged_bytes(original))
+        victim.write_bytes(damaged)
+    elif kind == "fifo":
+        os.mkfifo(victim)
+    elif kind == "directory":
+        victim.mkdir()
+    else:
+        victim.symlink_to("/dev/zero")
+    result = run(["verify", "-R", "Rdamaged", "--json"], sealed)
+    assert_clean(result, {0, 1, 3})
+    if which == "receipt" and (kind != "bytes" or damaged != original):
+        assert result.exit_code != 0, result.output  # a damaged receipt never verifies
