@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from ..protocol.commit import Snapshot, fold_run
+from ..protocol.commit import Snapshot
 from ..protocol.errors import CorruptRecordError, ProjectionDivergenceError
 from ..protocol.facts import Fact
 from ..protocol.state import Open
@@ -117,10 +117,10 @@ _RUN_FACTS = (
 def record(conn: Conn, scope: Scope, run_id: RunID) -> Snapshot:
     """Fold the Run's whole stream (the authoritative read, RUN-CMT-2).
 
-    Raises: RunNotFoundError, CorruptRecordError, CorruptLogError.
+    Raises: RunNotFoundError, CorruptRecordError, CorruptLogError, CorruptStoreError (the
+    ``runs`` row's ``active`` flag contradicts the fold; ``_rows.record_checked``).
     """
-    facts = run_facts(conn, scope, run_id)
-    return Snapshot(fold_run(facts, run_id=run_id), len(facts) - 1)
+    return shared.record_checked(run_facts, conn, scope, run_id, "%s")
 
 
 def stream_exists(conn: Conn, scope: Scope, run_id: RunID) -> bool:

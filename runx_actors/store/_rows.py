@@ -36,7 +36,8 @@ from ._scope import integral_ints
 from .base import StreamRecord, run_stream
 
 __all__ = [
-    "RunFacts", "CommitRow", "decode_rows", "verify_chain", "select_run_facts", "fenced",
+    "RunFacts", "CommitRow", "decode_rows", "verify_chain", "select_run_facts",
+    "record_checked", "fenced",
     "require_epoch", "check_epoch_row",
     "encode_state", "decode_state", "cache_entries", "commit_facts", "rebuild_projection",
     "stream_records", "frozen_body", "head_of",
@@ -203,6 +204,32 @@ def select_run_facts(
                            f"holds {last + 1} events", table="runs", reason="head",
                            run_id=run_id)
     return tuple(_decode(scope, run_id, idx, type_, data) for idx, type_, data in checked)
+
+
+def record_checked(run_facts: RunFacts, conn: Any, scope: Scope, run_id: RunID,
+                   mark: str) -> Snapshot:
+    """The Run's whole stream folded (the authoritative read, RUN-CMT-2), its ``runs``
+    row's ``active`` flag checked against the fold (RUN-STO-3): a parked Run marked ended
+    would otherwise be refused as "has ended" after its command opened the scope.
+
+    *mark* is the backend's placeholder (``?`` / ``%s``). The flag is a second statement;
+    a Run that ends between the two reads looks inconsistent once, so a mismatch is read
+    again before it is called damage (a Run only ever goes from active to ended).
+
+    Raises: RunNotFoundError, CorruptRecordError, CorruptLogError, CorruptStoreError
+        (``table="runs"``, ``reason="active"``).
+    """
+    for _ in range(2):
+        facts = run_facts(conn, scope, run_id)
+        state = fold_run(facts, run_id=run_id)
+        row = conn.execute(f"SELECT active FROM runs WHERE scope = {mark} AND run_id = {mark}",
+                           (scope, run_id)).fetchone()
+        if row is None or bool(row[0]) == (state.status is RunStatus.ACTIVE):
+            return Snapshot(state, len(facts) - 1)
+    raise CorruptStoreError(
+        f"run {run_id!r} in scope {scope!r} is {state.status.value} but its 'runs' row "
+        f"says active={row[0]!r}", scope=scope, run_id=run_id, position=len(facts) - 1,
+        table="runs", row=f"{scope}/{run_id}", reason="active")
 
 
 def commit_facts(

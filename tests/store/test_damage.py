@@ -160,6 +160,12 @@ def all_facts_deleted(path: Path, run_id: str) -> None:
     sql(path, f"DELETE FROM events WHERE stream = 'run/{run_id}'")
 
 
+def parked_marked_ended(path: Path, run_id: str) -> None:
+    # the Run's stream ends parked, but its ``runs`` row says it has ended: resume used to
+    # open the scope (bumping the epoch) and then refuse the Run as "has ended" (exit 1)
+    sql(path, f"UPDATE runs SET active = 0 WHERE run_id = '{run_id}'")
+
+
 def last_fact_deleted(path: Path, run_id: str) -> None:
     sql(path, f"DELETE FROM events WHERE stream = 'run/{run_id}' AND idx = "
               f"(SELECT MAX(idx) FROM events WHERE stream = 'run/{run_id}')")
@@ -183,6 +189,7 @@ DAMAGE: dict[str, Callable[[Path, str], None]] = {
     "epoch_negative": epoch_negative, "last_fact_deleted": last_fact_deleted,
     "middle_fact_deleted": middle_fact_deleted, "fact_edited": fact_edited,
     "epoch_max": epoch_max, "all_facts_deleted": all_facts_deleted,
+    "parked_marked_ended": parked_marked_ended,
 }
 
 
