@@ -13,7 +13,13 @@ import click
 import trio
 
 from .._strictread import MalformedInputError
-from ..protocol.errors import CorruptStoreError, OwnershipLostError, RunxError
+from ..protocol.errors import (
+    CorruptStoreError,
+    OwnershipLostError,
+    RunxError,
+    SchemaVersionError,
+    ValidationError,
+)
 from .errors import (
     AnswersError,
     ApprovalNotAttestedError,
@@ -67,6 +73,9 @@ _HINTS: tuple[tuple[type[BaseException], str], ...] = (
                    "\"approvals\": {<request id>: true|false}}"),
     (CorruptStoreError, "the run store is damaged and was left as it is; "
                         "`runx-actors store check <store>` lists every damaged row"),
+    (SchemaVersionError, "the file is not a runx-actors run store (or is one of another "
+                         "schema version): pass --store a store's own file, or a path where "
+                         "nothing exists to create one"),
     (LoopIntegrityError, "the run store or the receipts changed after recording; nothing "
                          "was repaired"),
     (LoopConfigMismatch, "use a new run id (RUNX_RUN_ID) or the original inputs"),
@@ -75,6 +84,7 @@ _HINTS: tuple[tuple[type[BaseException], str], ...] = (
                          "RUNX_RECEIPT_VERIFY_ED25519_PUBLIC_KEY_BASE64 together"),
     (OwnershipLostError, "another process took over this run store; run one command at a "
                          "time per store"),
+    (ValidationError, "check the value named above (a --scope is a non-empty name)"),
     (MalformedInputError, "the input named above was refused by a strict reader: no "
                           "duplicate keys, NaN/Infinity, nesting past 64 levels or files "
                           "over their size cap (README: Hostile input)"),

@@ -351,3 +351,13 @@ def test_verify_on_a_damaged_receipt_directory_never_tracebacks(
     assert_clean(result, {0, 1, 3})
     if which == "receipt" and (kind != "bytes" or damaged != original):
         assert result.exit_code != 0, result.output  # a damaged receipt never verifies
+
+
+def test_an_empty_scope_gets_a_hint(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    result = run(["skill", str(EXAMPLE), "-i", "objective=x", "--scope", "", "--store",
+                  "s.sqlite3"], tmp_path)
+    assert_clean(result, {1})
+    lines = result.output.splitlines()
+    assert lines[0] == "runx-actors: skill: scope must be non-empty"
+    assert lines[1].startswith("hint: ")

@@ -205,6 +205,7 @@ def test_resume_refuses_damage_and_writes_nothing(copy: tuple[Path, str], damage
     assert result.exit_code == (1 if damage.startswith("foreign") else 3), result.output
     assert "Traceback" not in result.output
     assert "runx-actors: resume:" in result.stderr
+    assert result.stderr.splitlines()[1].startswith("hint: "), result.stderr
     assert fingerprint(store) == before
     assert not (base / "D").exists() or not list((base / "D").glob("sha256-*.json"))
 
@@ -382,6 +383,7 @@ def test_skill_refuses_a_damaged_store_and_writes_nothing(copy: tuple[Path, str]
                      f"objective={OBJECTIVE}", "--store", STORE, "-R", "D", "--json"], base)
     assert result.exit_code == (1 if damage.startswith("foreign") else 3), result.output
     assert "runx-actors: skill:" in result.stderr and "Traceback" not in result.output
+    assert result.stderr.splitlines()[1].startswith("hint: "), result.stderr
     assert fingerprint(store) == before
 
 
