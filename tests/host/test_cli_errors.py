@@ -355,7 +355,8 @@ def test_verify_on_a_damaged_receipt_directory_never_tracebacks(
 
 def test_an_empty_scope_gets_a_hint(tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
-    result = run(["skill", str(EXAMPLE), "-i", "objective=x", "--scope", "", "--store",
+    result = run(["skill", str(EXAMPLE), "-i", "objective=x", "-i", "loop_id=l", "-i",
+                  "turn_index=1", "-i", "max_turns=3", "--scope", "", "--store",
                   "s.sqlite3"], tmp_path)
     assert_clean(result, {1})
     lines = result.output.splitlines()
