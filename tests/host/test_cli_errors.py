@@ -362,3 +362,12 @@ def test_an_empty_scope_gets_a_hint(tmp_path: Path) -> None:
     lines = result.output.splitlines()
     assert lines[0] == "runx-actors: skill: scope must be non-empty"
     assert lines[1].startswith("hint: ")
+
+
+@pytest.mark.parametrize("content", [b"[1]", b'{"a": 1, "a": 2}', b"{"])
+def test_a_refused_receipt_file_gets_a_hint(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "r.json").write_bytes(content)
+    result = run(["verify", "--receipt", "r.json"], tmp_path)
+    assert_clean(result, {1})
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("runx-actors: verify: ") and lines[1].startswith("hint: ")

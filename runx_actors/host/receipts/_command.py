@@ -60,8 +60,24 @@ class CommandResult:
     stderr: str = ""
 
 
-def _error(message: str, code: int = EXIT_ERROR) -> CommandResult:
-    return CommandResult(exit_code=code, stderr=_PREFIX + message + "\n")
+def _error(message: str, code: int = EXIT_ERROR, hint: str = "") -> CommandResult:
+    return CommandResult(exit_code=code, stderr=_PREFIX + message + "\n"
+                         + (f"hint: {hint}\n" if hint else ""))
+
+
+#: The ``hint:`` line of each refusal (every CLI error is one line plus a hint).
+_ERROR_HINTS: tuple[tuple[type[BaseException], str], ...] = (
+    (ReceiptInputError, "a receipt file must be one strict JSON object of at most 10 MiB "
+                        "(README: Hostile input); nothing was verified"),
+    (ReceiptNotFoundError, "`runx-actors verify -R D` lists the receipt trees of D"),
+    (ReceiptDirectoryNotFoundError, "pass -R D (or set RUNX_RECEIPT_DIR) naming an "
+                                    "existing receipt directory"),
+    (OSError, "check that the path exists and is readable"),
+)
+
+
+def _hint_for(exc: BaseException) -> str:
+    return next((hint for kind, hint in _ERROR_HINTS if isinstance(exc, kind)), "")
 
 
 def verify_command(
@@ -112,6 +128,6 @@ def verify_command(
                              stderr=_hint([f for t in report.trees for f in t.findings]))
     except (KeyringConfigError, SigningConfigError, ReceiptDirectoryNotFoundError,
             ReceiptNotFoundError, ReceiptInputError) as exc:
-        return _error(str(exc))
+        return _error(str(exc), hint=_hint_for(exc))
     except OSError as exc:
-        return _error(str(exc))
+        return _error(str(exc), hint=_hint_for(exc))
