@@ -5,7 +5,9 @@ found a counterexample; 3 incomplete (a time, depth or state limit stopped the s
 before it had seen every state, and no violation was found); 64 usage error (bad option,
 a refused ``--config`` file, unknown model or variant, model not importable yet); 70 the
 model's own code raised while being checked. The option handling (profiles, the TOML file,
-one flag per configuration field) is ``runx_actors.check._cli``.
+one flag per configuration field) is ``runx_actors.check._cli``. ``check --log`` (a stored
+log replayed through the reference machine, ``runx_actors.check._tracecheck``): 0 clean,
+1 a violation, 64 usage, 66 the store cannot be read.
 
 The loop host's commands (``demo``, ``skill``, ``resume``, ``harness``, ``verify``) live in
 ``runx_actors.host.cli_commands`` and follow loop-host §9.1: 0 sealed/ok, 1 failure or
@@ -207,6 +209,11 @@ def main() -> None:
               help="Deduplicate on the states themselves, or (--compact, the default) on "
                    "64-bit fingerprints of them: faster and smaller; a collision would "
                    "merge two states, about n**2 / 2**65 likely for n states.")
+@click.option("--log", "log_target", default=None, metavar="PATH_OR_DSN",
+              help="Instead of a model: replay a SQLite or PostgreSQL store's log through the "
+                   "reference machine (exit 0 clean, 1 violation, 66 unreadable store).")
+@click.option("--scope", "log_scope", default=None, help="With --log: only this scope.")
+@click.option("--run", "log_run", default=None, help="With --log: only this Run.")
 def check(
     *,
     model_name: str,
@@ -221,6 +228,9 @@ def check(
     trace_format: str,
     variant: str | None,
     no_progress: bool,
+    log_target: str | None,
+    log_scope: str | None,
+    log_run: str | None,
     exact: bool,
     **knobs: Any,
 ) -> int:
@@ -233,6 +243,13 @@ def check(
     states) cut the search short without a violation, 64 on usage errors, 70 when the
     model's own code raised.
     """
+    if log_target is not None:
+        from .check._tracecheck import run_log_command
+
+        return run_log_command(log_target, scope=log_scope, run=log_run, as_json=as_json,
+                               echo=click.echo)
+    if log_scope is not None or log_run is not None:
+        raise click.UsageError("--scope and --run go with --log")
     try:
         profile_name, config = resolve_config(profile, config_file, knobs)
         model = check_models.load_model(model_name, config, variant)

@@ -12,7 +12,9 @@ Then: every loop stopped as an undisturbed control run did (same turns, same run
 same payloads: no turn lost), the store holds exactly one Run per turn (none doubled),
 the loop records are complete and contiguous, the receipt directory holds exactly one
 receipt per turn, turn n's ``lineage.previous`` names turn n-1's receipt, the refused
-tool never started, and ``runx-actors verify -R D`` reports every tree valid.
+tool never started, ``runx-actors verify -R D`` reports every tree valid, and
+``runx-actors check --log`` replays both stores (control and killed) clean through the
+reference machine.
 """
 
 from __future__ import annotations
@@ -184,14 +186,27 @@ async def _inspect(dirs: Dirs, outcomes: list[dict[str, Any]]) -> None:
         (EXAMPLE / "workspace" / "NOTES.md").read_bytes()
 
 
+def _runx_actors() -> str:
+    script = Path(sys.executable).parent / "runx-actors"
+    command = str(script) if script.exists() else shutil.which("runx-actors")
+    assert command is not None, "the runx-actors script is not installed"
+    return command
+
+
+def _check_log_cli(db: Path) -> dict[str, Any]:
+    """``runx-actors check --log DB --json``: exit 0 and its report."""
+    done = subprocess.run([_runx_actors(), "check", "--log", str(db), "--json"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
 def _verify_cli(receipt_dir: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "RUNX_RECEIPT_SIGN_KID": DEMO_KID,
            "RUNX_RECEIPT_SIGN_ED25519_SEED_BASE64": DEMO_SEED_BASE64,
            "RUNX_RECEIPT_SIGN_ISSUER_TYPE": "hosted"}
-    script = Path(sys.executable).parent / "runx-actors"
-    command = str(script) if script.exists() else shutil.which("runx-actors")
-    assert command is not None, "the runx-actors script is not installed"
-    return subprocess.run([command, "verify", "-R", str(receipt_dir), "--json"],
+    return subprocess.run([_runx_actors(), "verify", "-R", str(receipt_dir), "--json"],
                           capture_output=True, text=True, env=env, timeout=120, check=False)
 
 
@@ -216,3 +231,7 @@ async def test_loop_host_kill9_restart_until_done(tmp_path: Path) -> None:
     report = _verify_cli(dirs.receipts)
     assert report.returncode == 0, report.stdout + report.stderr
     assert json.loads(report.stdout)["valid"] is True
+
+    for db in (control.db, dirs.db):  # trace validation against the spec (issue 13 item 6)
+        trace = _check_log_cli(db)
+        assert trace["ok"] is True and trace["runs"] == 13, trace

@@ -1,8 +1,9 @@
 """kill -9 test: a child drives 20 Runs on SQLite and is killed at random moments (at
 least 5 times); fresh processes take over the same file until every Run is terminal.
 
-Then: every Run is terminal, no non-replayable tool started twice for one effect, and
-for every Run the authoritative fold of the log equals what the store loads.
+Then: every Run is terminal, no non-replayable tool started twice for one effect, for
+every Run the authoritative fold of the log equals what the store loads, and the log the
+kills left behind replays clean through the reference machine (``check --log``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 
 import trio
 
+from runx_actors.check._tracecheck import check_log
 from runx_actors.protocol.facts import ModelStepRecovered, ToolCallFailed, ToolCallStarted
 from runx_actors.protocol.values import RunStatus, ToolFailureOutcome
 from runx_actors.store.sqlite import open_sqlite_store
@@ -94,3 +96,6 @@ def test_kill9_takeover_until_done(tmp_path: pathlib.Path) -> None:
                   f"model_steps_recovered={recovered}")
 
     trio.run(check)
+    trace = check_log(db)  # trace validation against the spec (issue 13 item 6)
+    assert trace.ok, [v.show() for v in trace.violations]
+    assert trace.runs == RUNS and trace.commits > RUNS * 10

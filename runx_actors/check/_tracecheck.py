@@ -1,0 +1,277 @@
+"""``runx-actors check --log``: a stored log validated against the reference machine.
+
+Trace validation (issue 13 item 6): every recorded Run of a SQLite file or a PostgreSQL
+database is replayed, fact by fact, through the spec's reference machine
+(``runx_spec.trace``, not the production fold), with every identity re-derived by the
+spec's independent oracle (``runx_spec.ids_oracle``). The store is only read: a SQLite file
+is opened read-only (``mode=ro``), a PostgreSQL session in a read-only transaction.
+
+What is read: ``scopes`` (the persisted epoch), ``commits`` in ``seq`` order, the events of
+``run/`` streams grouped by the commit that appended them, and the ``runs`` index. Each
+event's bytes are decoded strictly with the production codec (decoding is not under test
+here; a row that does not decode, or whose type column names another fact, is itself a
+violation, rule RUN-WIR-2).
+
+Exit codes of the command: 0 no violation; 1 at least one (each names scope, Run, stream
+position, commit and rule); 64 usage; 66 (EX_NOINPUT) the store cannot be read
+(:class:`LogUnreadableError`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ..protocol import facts as F
+from ..protocol.facts import EVENT_TYPE_PREFIX
+from ._errors import CheckError
+
+__all__ = ["LogUnreadableError", "LogReport", "check_log", "observe_fact", "EX_NOINPUT"]
+
+#: exit code of ``check --log`` when the store cannot be opened or read (sysexits)
+EX_NOINPUT = 66
+
+_trace: Any = importlib.import_module("runx_spec.trace")
+
+
+class LogUnreadableError(CheckError):
+    """The store at ``.target`` cannot be opened or read as a runx_actors store
+    (``.reason``; ``__cause__`` the driver's error). Exit code 66 from the CLI."""
+
+
+@attrs.frozen
+class LogReport:
+    """The outcome of :func:`check_log`: scopes and Runs judged, commits and facts
+    replayed, and every violation (``runx_spec.trace.Violation``)."""
+
+    target: str
+    scopes: tuple[str, ...]
+    runs: int
+    commits: int
+    facts: int
+    violations: tuple[Any, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target, "ok": self.ok, "scopes": list(self.scopes),
+            "runs": self.runs, "commits": self.commits, "facts": self.facts,
+            "violations": [attrs.asdict(v) for v in self.violations],
+        }
+
+
+def _value(x: Any) -> Any:
+    return getattr(x, "value", x)
+
+
+def _end(end: Any) -> tuple[Any, ...]:
+    if hasattr(end, "failure"):
+        return ("failed", _value(end.reason), end.failure.class_)
+    if hasattr(end, "uncertain_calls"):
+        return ("stopped", _value(end.reason), tuple(end.uncertain_calls), end.uncertain_model)
+    return ("completed",)
+
+
+def observe_fact(fact: Any) -> Any:
+    """A production fact as the reference's :class:`runx_spec.trace.Observed`."""
+    ob = _trace.Observed
+    match fact:
+        case F.RunCreated():
+            return ob("RunCreated", detail=fact.run_id)
+        case F.InputAccepted():
+            return ob("InputAccepted", detail=fact.input.id)
+        case F.ModelStepPrepared():
+            tools = tuple((t.ref, t.name, t.definition_digest, _value(t.policy))
+                          for t in fact.tools)
+            return ob("ModelStepPrepared", fact.step_id, detail=(tuple(fact.input_ids), tools))
+        case F.ModelStepFailed():
+            return ob("ModelStepFailed", fact.step_id, "", fact.effect, fact.failure.class_)
+        case F.ToolStepOpened():
+            bindings = tuple(
+                (b.call_id, b.tool_ref, b.definition_digest, _value(b.policy),
+                 b.response.id if b.response is not None else "")
+                for b in fact.calls)
+            return ob("ToolStepOpened", fact.step_id, detail=(fact.source, bindings))
+        case F.ToolCallApproved() | F.ToolCallAnswered():
+            return ob(type(fact).__name__, fact.step_id, fact.call_id, "", fact.response_id)
+        case F.ToolCallFailed():
+            return ob("ToolCallFailed", fact.step_id, fact.call_id, fact.effect,
+                     (_value(fact.outcome), fact.failure.class_))
+        case F.RunEnded():
+            return ob("RunEnded", detail=_end(fact.end))
+    return ob(type(fact).__name__, getattr(fact, "step_id", ""), getattr(fact, "call_id", ""),
+             getattr(fact, "effect", ""))
+
+
+class _Db:
+    """The few reads, over sqlite3 or psycopg (the schemas are the same)."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.pg = target.startswith(("postgres://", "postgresql://")) or (
+            "=" in target and not Path(target).exists())
+        try:
+            if self.pg:
+                import psycopg
+
+                self.conn: Any = psycopg.connect(target, autocommit=False)
+                self.conn.execute("SET TRANSACTION READ ONLY")
+            else:
+                if not Path(target).is_file():
+                    raise LogUnreadableError(f"no such store file: {target}", target=target,
+                                             reason="missing")
+                self.conn = sqlite3.connect(f"file:{Path(target).absolute()}?mode=ro",
+                                            uri=True)
+                self.conn.execute("BEGIN")  # one snapshot for every read
+        except LogUnreadableError:
+            raise
+        except Exception as exc:
+            raise LogUnreadableError(f"cannot open {target}: {exc}", target=target,
+                                     reason="open") from exc
+
+    def rows(self, sql: str, *params: Any) -> list[Any]:
+        if self.pg:
+            sql = sql.replace("?", "%s")
+        try:
+            return list(self.conn.execute(sql, params).fetchall())
+        except Exception as exc:
+            raise LogUnreadableError(f"cannot read {self.target}: {exc}", target=self.target,
+                                     reason="read") from exc
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _scope_commits(db: _Db, scope: str) -> tuple[list[Any], list[Any], int, set[str]]:
+    """(observed commits, read violations, facts read, Runs with a read violation)."""
+    V = _trace.Violation
+    events: dict[int, list[Any]] = {}
+    rows = db.rows("SELECT stream, idx, type, data, commit_seq FROM events WHERE scope = ? "
+                   "AND stream LIKE 'run/%' ORDER BY commit_seq, idx", scope)
+    for row in rows:
+        events.setdefault(int(row[4]), []).append(row)
+    commits, bad = [], []
+    broken: set[str] = set()
+    for seq, cid, epoch, run_id, first, count in db.rows(
+            "SELECT seq, commit_id, epoch, run_id, first_idx, count FROM commits "
+            "WHERE scope = ? ORDER BY seq", scope):
+        group = events.pop(int(seq), [])
+        observed = []
+        run = run_id if group or run_id else None
+        for stream, idx, type_, data, _ in group:
+            stream_run = stream[len("run/"):]
+            try:
+                if stream_run != run_id:
+                    raise ValueError(f"the event is in stream {stream!r}, the commit names "
+                                     f"run {run_id!r}")
+                fact = _decode(bytes(data))
+                if type_ != EVENT_TYPE_PREFIX + fact.WIRE_NAME:
+                    raise ValueError(f"type column {type_!r} but the bytes hold "
+                                     f"{fact.WIRE_NAME!r}")
+            except Exception as exc:
+                bad.append(V(scope, stream_run, int(idx), cid, int(seq), "RUN-WIR-2",
+                             f"the stored event does not decode: {exc}"))
+                broken.add(stream_run)
+                break
+            observed.append(observe_fact(fact))
+        if run is not None and run in broken:
+            continue
+        if len(group) != int(count) or (group and int(group[0][1]) != int(first)):
+            bad.append(V(scope, run or "", int(first), cid, int(seq), "INV-10",
+                         f"the commit index says {count} facts from {first}; the events hold "
+                         f"{len(group)}" + (f" from {group[0][1]}" if group else "")))
+            if run is not None:
+                broken.add(run)
+            continue
+        commits.append(_trace.ObservedCommit(int(seq), cid, int(epoch), run,
+                                             int(first), tuple(observed)))
+    for seq, orphans in events.items():
+        bad.append(V(scope, orphans[0][0][len("run/"):], int(orphans[0][1]), "", seq,
+                     "INV-10", f"{len(orphans)} events belong to no commit"))
+    return commits, bad, len(rows), broken
+
+
+def _decode(data: bytes) -> Any:
+    from ..protocol._codec import decode_fact
+
+    return decode_fact(data)
+
+
+def check_log(target: str | Path, *, scope: str | None = None,
+              run: str | None = None) -> LogReport:
+    """Replay every recorded Run of the store at *target* through the reference machine.
+
+    *target*: a SQLite store file, or a libpq DSN / ``postgresql://`` URL. *scope* /
+    *run* restrict what is judged (a Run of another scope is not looked for).
+
+    Returns a :class:`LogReport` (``ok`` iff no violation). Raises
+    :class:`LogUnreadableError` when the store cannot be opened or read, or *scope* names
+    no scope of it.
+    """
+    db = _Db(str(target))
+    try:
+        scopes = [(s, int(e)) for s, e in db.rows("SELECT scope, epoch FROM scopes ORDER BY scope")]
+        if scope is not None:
+            scopes = [(s, e) for s, e in scopes if s == scope]
+            if not scopes:
+                raise LogUnreadableError(f"the store has no scope {scope!r}", target=str(target),
+                                         reason="no such scope", scope=scope)
+        violations: list[Any] = []
+        runs = commits_n = facts_n = 0
+        for name, epoch in scopes:
+            commits, bad, facts, broken = _scope_commits(db, name)
+            heads = {r: _trace.RunHead(int(h), bool(a)) for r, h, a in db.rows(
+                "SELECT run_id, head, active FROM runs WHERE scope = ?", name)
+                if (run is None or r == run) and r not in broken}
+            violations += [v for v in bad if run is None or v.run in (run, "")]
+            violations += _trace.validate_scope(name, commits, epoch=epoch, heads=heads,
+                                                runs=None if run is None else [run])
+            runs += len(heads)
+            commits_n += len(commits)
+            facts_n += facts
+        return LogReport(str(target), tuple(s for s, _ in scopes), runs, commits_n, facts_n,
+                         tuple(violations))
+    finally:
+        db.close()
+
+
+def render_report(report: LogReport) -> str:
+    """The text form: one line per violation, then a summary line."""
+    lines = [f"[{v.scope}] {v.show()}" for v in report.violations]
+    verdict = "OK" if report.ok else f"{len(report.violations)} VIOLATION(S)"
+    lines.append(f"{verdict}: {report.runs} runs, {report.commits} commits, {report.facts} "
+                 f"facts in {len(report.scopes)} scope(s) of {report.target} replayed through "
+                 f"the reference machine")
+    return "\n".join(lines) + "\n"
+
+
+def exit_code(report: LogReport) -> int:
+    return 0 if report.ok else 1
+
+
+
+def run_log_command(target: str, *, scope: str | None, run: str | None, as_json: bool,
+                    echo: Any) -> int:
+    """The body of ``runx-actors check --log``: print the report (text, or one JSON
+    object with ``--json``) through *echo* and return the exit code (0, 1 or 66)."""
+    import json
+
+    try:
+        report = check_log(target, scope=scope, run=run)
+    except LogUnreadableError as exc:
+        if as_json:
+            echo(json.dumps({"target": target, "ok": False, "error": "LogUnreadableError",
+                             "reason": exc.attrs.get("reason", ""), "message": exc.message}))
+        else:
+            echo(f"error: {exc.message}", err=True)
+        return EX_NOINPUT
+    echo(json.dumps(report.to_dict(), indent=2) if as_json else render_report(report),
+         nl=as_json)
+    return exit_code(report)

@@ -1,0 +1,200 @@
+"""``runx-actors check --log``: stored logs replayed through the reference machine.
+
+A real store (the runtime drives Runs on SQLite: tool calls, an approval, a rejection, an
+extra input, a cancel) validates clean; each doctored copy — one fact row or one commit row
+edited — is caught, and the violation names the Run, the position and the rule. The
+identities are re-derived by ``runx_spec.ids_oracle``, checked here against the spec's
+golden vectors.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from log_support import SCOPE, drive_runs, edit_fact
+
+from runx_actors.check._tracecheck import EX_NOINPUT, LogUnreadableError, check_log
+from runx_actors.cli import main
+from runx_actors.protocol import facts as F
+from runx_actors.protocol import ids
+from runx_actors.store.sqlite import open_sqlite_store
+from runx_spec import ids_oracle
+
+
+@pytest.fixture(scope="module")
+def clean_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import trio
+
+    db = tmp_path_factory.mktemp("trace") / "runs.sqlite3"
+
+    async def build() -> None:
+        async with open_sqlite_store(str(db)) as store:
+            await drive_runs(store, 2)
+
+    trio.run(build)
+    return db
+
+
+def _copy(clean: Path, tmp_path: Path) -> Path:
+    db = tmp_path / "doctored.sqlite3"
+    shutil.copy(clean, db)
+    return db
+
+
+def test_clean_store_validates(clean_store: Path) -> None:
+    report = check_log(clean_store)
+    assert report.violations == ()
+    assert report.scopes == (SCOPE,)
+    assert report.runs == 5 and report.facts > 50
+    result = CliRunner().invoke(main, ["check", "--log", str(clean_store), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["ok"] is True and payload["violations"] == []
+
+
+def _sql(statement: str) -> Callable[[Path], tuple[str, int]]:
+    def doctor(db: Path) -> tuple[str, int]:
+        with sqlite3.connect(db) as conn:
+            row = conn.execute(statement).fetchone()
+        assert row is not None
+        return str(row[0]), int(row[1])
+
+    return doctor
+
+
+def _fact(kind: type[Any], change: Callable[[Any], dict[str, Any]],
+          nth: int = 0) -> Callable[[Path], tuple[str, int]]:
+    return lambda db: edit_fact(db, kind, change, nth)
+
+
+OTHER = "e" * 64
+DOCTORED: dict[str, tuple[Callable[[Path], tuple[str, int]], str]] = {
+    "tool started under a foreign effect": (
+        _fact(F.ToolCallStarted, lambda f: {"effect": OTHER}), "INV-6"),
+    "tool completed under a foreign effect": (
+        _fact(F.ToolCallCompleted, lambda f: {"effect": OTHER}), "INV-5"),
+    "model started under the wrong sequence": (
+        _fact(F.ModelStepStarted, lambda f: {"effect": ids.derive_effect_id(
+            "run-0", f.step_id, "", 1)}), "INV-7"),
+    "prepare skips the pending input": (
+        _fact(F.ModelStepPrepared, lambda f: {"input_ids": ()}), "INV-12"),
+    "prepare under a step id not derived from its commit": (
+        _fact(F.ModelStepPrepared, lambda f: {"step_id": OTHER}), "RUN-WIR-3"),
+    "tool step of another model step": (
+        _fact(F.ToolStepOpened, lambda f: {"step_id": OTHER}), "RUN-WIR-3"),
+    "a known failure that claims effect_unknown": (
+        _fact(F.ToolCallFailed, lambda f: {"failure": attrs_evolve(
+            f.failure, class_="effect_unknown")}), "RUN-WIR-3"),
+    "a completion turned into a failure": (
+        _fact(F.RunEnded, lambda f: {"end": failed_end()}), "RUN-WIR-3"),
+}
+
+
+def attrs_evolve(value: Any, **changes: Any) -> Any:
+    import attrs
+
+    return attrs.evolve(value, **changes)
+
+
+def failed_end() -> Any:
+    from runx_actors.protocol.values import RunFailedEnd, RunFailure, RunReason
+
+    return RunFailedEnd(RunReason.PROVIDER_FAILURE, RunFailure("provider_failure"))
+
+
+@pytest.mark.parametrize("name", sorted(DOCTORED))
+def test_doctored_fact_is_named(name: str, clean_store: Path, tmp_path: Path) -> None:
+    doctor, rule = DOCTORED[name]
+    db = _copy(clean_store, tmp_path)
+    run, position = doctor(db)
+    report = check_log(db)
+    assert [(v.run, v.position, v.rule) for v in report.violations] == [(run, position, rule)], (
+        [v.show() for v in report.violations])
+    result = CliRunner().invoke(main, ["check", "--log", str(db)])
+    assert result.exit_code == 1
+    assert f"{rule}: run {run!r} position {position}" in result.output
+
+
+def test_doctored_commit_rows(clean_store: Path, tmp_path: Path) -> None:
+    db = _copy(clean_store, tmp_path)
+    with sqlite3.connect(db) as conn:
+        # a later commit under an older epoch: a fenced writer appended (INV-28)
+        seq = conn.execute("SELECT max(seq) FROM commits").fetchone()[0]
+        conn.execute("UPDATE commits SET epoch = 0 WHERE seq = ?", (seq,))
+        # a start commit under a non-derived id (INV-8)
+        conn.execute("UPDATE commits SET commit_id = 'chosen' WHERE seq = (SELECT min(seq) "
+                     "FROM commits WHERE run_id = 'run-1' AND first_idx = 3)")
+        # an undecodable event (RUN-WIR-2)
+        conn.execute("UPDATE events SET data = X'00' WHERE stream = 'run/approved' AND idx = 4")
+    rules = {(v.rule, v.run) for v in check_log(db).violations}
+    assert {("INV-28", "rejected"), ("INV-8", "run-1"), ("RUN-WIR-2", "approved")} <= rules, rules
+    # --run narrows the judgement to one Run (scope-wide rules aside)
+    only = check_log(db, run="run-0").violations
+    assert {v.rule for v in only} <= {"INV-28"}
+
+
+def test_deleted_fact_breaks_contiguity(clean_store: Path, tmp_path: Path) -> None:
+    db = _copy(clean_store, tmp_path)
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM events WHERE stream = 'run/run-0' AND idx = 6")
+    violations = check_log(db).violations
+    assert [(v.run, v.rule) for v in violations] == [("run-0", "INV-10")], violations
+
+
+def test_unreadable_and_usage(tmp_path: Path, clean_store: Path) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(main, ["check", "--log", str(tmp_path / "nope.sqlite3")])
+    assert missing.exit_code == EX_NOINPUT
+    junk = tmp_path / "junk.sqlite3"
+    junk.write_bytes(b"not a database at all" * 100)
+    assert runner.invoke(main, ["check", "--log", str(junk)]).exit_code == EX_NOINPUT
+    with pytest.raises(LogUnreadableError):
+        check_log(junk)
+    with pytest.raises(LogUnreadableError) as info:
+        check_log(clean_store, scope="no-such-scope")
+    assert info.value.attrs["reason"] == "no such scope"
+    as_json = runner.invoke(main, ["check", "--log", str(junk), "--json"])
+    assert as_json.exit_code == EX_NOINPUT
+    assert json.loads(as_json.output)["error"] == "LogUnreadableError"
+    assert runner.invoke(main, ["check", "--run", "x"]).exit_code == 64
+    assert "Traceback" not in missing.output + junk.name
+
+
+GOLDEN = [  # spec §2.3: (function, args, first 8, last 4)
+    (ids_oracle.prepare_cid, ("run-1", 7), "7e42f750", "763d"),
+    (ids_oracle.model_step, ("run-1", "cmd-1"), "883c5ef2", "a8e6"),
+    (ids_oracle.call, ("step-1", 0), "cca7fd2e", "ea11"),
+    (ids_oracle.tool_step, ("step-1",), "6f62a482", "419d"),
+    (ids_oracle.response, ("run-1", "step-1", "call-1", "approval"), "819924b4", "e77e"),
+    (ids_oracle.response_cid, ("run-1", "step-1", "call-1", "resp-1"), "aacf7d24", "b32b"),
+    (ids_oracle.input_cid, ("run-1", "in-1"), "ce57abe2", "6aad"),
+    (ids_oracle.withdraw_cid, ("run-1", "step-1"), "582ffed8", "1a8c"),
+    (ids_oracle.effect, ("run-1", "step-1", "", 1), "553f030a", "3394"),
+    (ids_oracle.effect, ("run-1", "step-1", "call-1", 0), "20fd10fd", "be78"),
+    (ids_oracle.start_cid, ("effect-1",), "5fbd4523", "fd3b"),
+    (ids_oracle.settlement_cid, ("effect-1",), "6e05abc3", "a01d"),
+    (ids_oracle.recovery_cid, ("effect-1",), "3059f690", "6735"),
+    (ids_oracle.decline_cid, ("run-1", "step-1", "call-1"), "c5eab65b", "d49a"),
+]
+
+
+@pytest.mark.parametrize(("fn", "args", "head", "tail"), GOLDEN)
+def test_oracle_golden_vectors(fn: Callable[..., str], args: tuple[Any, ...], head: str,
+                               tail: str) -> None:
+    value = fn(*args)
+    assert (value[:8], value[-4:], len(value)) == (head, tail, 64)
+
+
+def test_oracle_refuses_bad_parts() -> None:
+    with pytest.raises(ValueError):
+        ids_oracle.namespaced_hash("ns", -1)
+    with pytest.raises(ValueError):
+        ids_oracle.namespaced_hash("ns", True)
+    assert ids_oracle.namespaced_hash("ns", "") != ids_oracle.namespaced_hash("ns")
