@@ -1,0 +1,76 @@
+"""The pytest plugin from a user's point of view (issue 13 item 7).
+
+A project outside the repository (``user_project/``, copied to a temporary directory
+and run by a fresh ``python -m pytest`` process) names its own factories on the command
+line. The plugin catches the store that forgets fencing and the executor that starts a
+known key twice, passes the correct ones, and changes nothing when its options are absent.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+USER_PROJECT = Path(__file__).with_name("user_project")
+
+pytestmark = pytest.mark.slow
+
+
+def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    project = tmp_path / "project"
+    if not project.exists():
+        shutil.copytree(USER_PROJECT, project)
+    env = {**os.environ, "PYTHONPATH": str(project)}
+    env.pop("PYTEST_ADDOPTS", None)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           *args], cwd=project, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+def _failed(out: str) -> set[str]:
+    return {line.split("::", 1)[1].split(" ", 1)[0] for line in out.splitlines()
+            if line.startswith("FAILED ")}
+
+
+def test_correct_store_and_executor_pass(tmp_path: Path) -> None:
+    done = _pytest(tmp_path, "--runx-store=userstore:good_store",
+                   "--runx-executor=userexec:good_executor", "--runx-machine-examples=10")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "24 passed, 2 skipped" in done.stdout, done.stdout[-2000:]
+
+
+def test_store_that_forgets_fencing_is_caught(tmp_path: Path) -> None:
+    done = _pytest(tmp_path, "--runx-store=userstore:unfenced_store",
+                   "--runx-machine-examples=30")
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert {"test_store_ownership_lost", "test_store_machine"} <= _failed(done.stdout), (
+        done.stdout[-4000:])
+    assert "assert 1 > 1" in done.stdout  # the epochs, both sides shown
+    assert "a takeover raises your store's epoch" in done.stdout
+
+
+def test_executor_that_starts_a_known_key_twice_is_caught(tmp_path: Path) -> None:
+    done = _pytest(tmp_path, "--runx-executor=userexec:twice_executor")
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert _failed(done.stdout) == {"test_executor_dispatch_is_idempotent"}, done.stdout[-4000:]
+    assert "expected: {'run': 1, 'args': {'x': 1}}" in done.stdout
+
+
+def test_plugin_is_inert_without_its_options(tmp_path: Path) -> None:
+    done = _pytest(tmp_path, "--collect-only")
+    assert done.returncode == 5, done.stdout  # nothing collected: no suite was added
+    (tmp_path / "project" / "test_own.py").write_text("def test_own():\n    pass\n")
+    done = _pytest(tmp_path)
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("spec", ["userstore", "userstore:nope", "no_such_module:f"])
+def test_bad_factory_name_is_a_usage_error(tmp_path: Path, spec: str) -> None:
+    done = _pytest(tmp_path, f"--runx-store={spec}")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "--runx-store" in done.stderr
