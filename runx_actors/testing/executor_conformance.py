@@ -178,11 +178,13 @@ async def test_executor_validate(executor_factory: ExecutorFactory) -> None:
     async with executor_factory(probe.tools) as port:
         a = probe.assignment(probe.count, {"x": 1})
         expect(await port.validate(a), None, "validate of a well-declared tool call")
-        unknown = attrs.evolve(a, body=attrs.evolve(a.body, tool_ref="conformance.nope"))
+        body = a.body
+        assert isinstance(body, effect.ToolAssignment)
+        unknown = attrs.evolve(a, body=attrs.evolve(body, tool_ref="conformance.nope"))
         failure = await port.validate(unknown)
         expect(getattr(failure, "class_", failure), effect.ToolFailureClass.TOOL_LOOKUP_FAILED,
                "validate of an unknown tool ref: the failure class")
-        mismatch = attrs.evolve(a, body=attrs.evolve(a.body, definition_digest="sha256:" +
+        mismatch = attrs.evolve(a, body=attrs.evolve(body, definition_digest="sha256:" +
                                                      "0" * 64))
         failure = await port.validate(mismatch)
         expect(getattr(failure, "class_", failure),
@@ -346,7 +348,8 @@ async def test_executor_acknowledge(executor_factory: ExecutorFactory) -> None:
 
     probe = Probe()
     async with executor_factory(probe.tools) as port:
-        if not isinstance(port, effect.Acknowledger):
+        capable = isinstance(port, effect.Acknowledger)
+        if not capable:
             pytest.skip("the executor has no acknowledge (optional capability)")
         a = probe.assignment(probe.gate)
         for when, error in (("unknown", ExecutionNotFoundError), ("running", StateConflictError)):
@@ -383,7 +386,8 @@ async def test_executor_progress(executor_factory: ExecutorFactory) -> None:
 
     probe = Probe()
     async with executor_factory(probe.tools) as port:
-        if not isinstance(port, effect.ProgressPort):
+        capable = isinstance(port, effect.ProgressPort)
+        if not capable:
             pytest.skip("the executor has no progress (optional capability)")
         a = probe.assignment(probe.steps, {"n": 3})
         await port.dispatch(a)

@@ -184,8 +184,10 @@ async def _create(writer: Any, r: int) -> tuple[str, tuple[Any, ...]]:
 async def _view(writer: Any, run_id: str) -> tuple[Any, Any, Any]:
     """(facts, record, load) of one Run (an error's class name in place of a value)."""
     out: list[Any] = []
-    for read in (lambda: writer.run_facts(run_id), lambda: writer.record(run_id),
-                 lambda: writer.run_store().load(run_id)):
+    reads: tuple[Callable[[], Any], ...] = (
+        lambda: writer.run_facts(run_id), lambda: writer.record(run_id),
+        lambda: writer.run_store().load(run_id))
+    for read in reads:
         try:
             out.append(await read())
         except RunxError as exc:

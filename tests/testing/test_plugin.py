@@ -74,3 +74,20 @@ def test_bad_factory_name_is_a_usage_error(tmp_path: Path, spec: str) -> None:
     done = _pytest(tmp_path, f"--runx-store={spec}")
     assert done.returncode == 4, done.stdout + done.stderr
     assert "--runx-store" in done.stderr
+
+
+def test_readme_example_runs(tmp_path: Path) -> None:
+    """README "Test your own store or executor": the factories and the command, as shown."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Test your own store or executor", 1)[1].split("\n## ", 1)[0]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    command = re.findall(r"```bash\n(.*?)```", section, re.S)[0].split()
+    assert code.startswith("# factories.py") and command[0] == "pytest"
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "factories.py").write_text(code)
+    done = _pytest(tmp_path, *command[1:], "--runx-machine-examples=10")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "26 passed" in done.stdout, done.stdout[-2000:]

@@ -8,8 +8,11 @@ import trio
 
 from runx_actors import effect
 from runx_actors.protocol.errors import (
-    DispatchRejectedError, ExecutionAbortedError, ExecutionNotFoundError,
-    OutcomeNotReadyError)
+    DispatchRejectedError,
+    ExecutionAbortedError,
+    ExecutionNotFoundError,
+    OutcomeNotReadyError,
+)
 from runx_actors.protocol.values import ToolResult
 
 S = effect.ExecutionStatus
