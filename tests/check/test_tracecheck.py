@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from log_support import SCOPE, drive_runs, edit_fact
+from runx_spec import ids_oracle
 
 from runx_actors.check._tracecheck import EX_NOINPUT, LogUnreadableError, check_log
 from runx_actors.cli import main
 from runx_actors.protocol import facts as F
 from runx_actors.protocol import ids
 from runx_actors.store.sqlite import open_sqlite_store
-from runx_spec import ids_oracle
 
 
 @pytest.fixture(scope="module")
