@@ -154,7 +154,7 @@ def _scope_commits(db: _Db, scope: str) -> tuple[list[Any], list[Any], int, set[
     V = _trace.Violation
     events: dict[int, list[Any]] = {}
     rows = db.rows("SELECT stream, idx, type, data, commit_seq FROM events WHERE scope = ? "
-                   "AND stream LIKE 'run/%' ORDER BY commit_seq, idx", scope)
+                   "AND stream LIKE ? ORDER BY commit_seq, idx", scope, "run/%")
     for row in rows:
         events.setdefault(int(row[4]), []).append(row)
     commits, bad = [], []
