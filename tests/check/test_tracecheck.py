@@ -198,3 +198,50 @@ def test_oracle_refuses_bad_parts() -> None:
     with pytest.raises(ValueError):
         ids_oracle.namespaced_hash("ns", True)
     assert ids_oracle.namespaced_hash("ns", "") != ids_oracle.namespaced_hash("ns")
+
+
+def _observed(db: Path) -> tuple[list[Any], dict[str, Any]]:
+    """The clean store's commits as ``runx_spec.trace`` sees them, and its Run index."""
+    from runx_actors.check._tracecheck import _Db, _scope_commits
+    from runx_spec.trace import RunHead
+
+    conn = _Db(str(db))
+    try:
+        commits, bad, _, _ = _scope_commits(conn, SCOPE)
+        heads = {r: RunHead(int(h), bool(a)) for r, h, a in conn.rows(
+            "SELECT run_id, head, active FROM runs WHERE scope = ?", SCOPE)}
+    finally:
+        conn.close()
+    assert bad == []
+    return commits, heads
+
+
+def test_scope_rules_of_the_reference_replay(clean_store: Path) -> None:
+    """runx_spec.trace.validate_scope on edited commit lists: INV-10 (a group not where the
+    stream ends), INV-9 (a commit id used twice), INV-2 (a fact after RunEnded), INV-1 (a
+    stream that does not start with RunCreated), INV-39 (the Run index disagrees)."""
+    import attrs
+
+    from runx_spec.trace import Observed, RunHead, validate_scope
+
+    commits, heads = _observed(clean_store)
+    assert validate_scope(SCOPE, commits, epoch=1, heads=heads) == []
+
+    def rules(edited: list[Any], **kw: Any) -> list[tuple[str, str]]:
+        return [(v.rule, v.run) for v in validate_scope(SCOPE, edited, epoch=1, **kw)]
+
+    i = next(n for n, c in enumerate(commits) if c.run == "run-1" and c.first == 4)
+    shifted = [*commits[:i], attrs.evolve(commits[i], first=5), *commits[i + 1:]]
+    assert rules(shifted) == [("INV-10", "run-1")]
+    again = [*commits, attrs.evolve(commits[0], seq=10_000, run=None, facts=())]
+    assert rules(again) == [("INV-9", "")]
+    last = max((c for c in commits if c.run == "run-0"), key=lambda c: c.first)
+    late = attrs.evolve(last, seq=10_001, commit_id="late", first=last.first + len(last.facts),
+                        facts=(Observed("InputAccepted", detail="late"),))
+    assert rules([*commits, late]) == [("INV-2", "run-0")]
+    headless = [attrs.evolve(c, facts=c.facts[1:]) if (c.run, c.first) == ("run-0", 0) else c
+                for c in commits]
+    assert rules(headless) == [("INV-1", "run-0")]
+    moved = {**heads, "run-0": RunHead(heads["run-0"].head + 1, heads["run-0"].active)}
+    assert rules(commits, heads=moved) == [("INV-39", "run-0")]
+    assert rules(shifted, runs=["run-0"]) == []  # --run judges only that Run
