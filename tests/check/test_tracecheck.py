@@ -202,8 +202,9 @@ def test_oracle_refuses_bad_parts() -> None:
 
 def _observed(db: Path) -> tuple[list[Any], dict[str, Any]]:
     """The clean store's commits as ``runx_spec.trace`` sees them, and its Run index."""
-    from runx_actors.check._tracecheck import _Db, _scope_commits
     from runx_spec.trace import RunHead
+
+    from runx_actors.check._tracecheck import _Db, _scope_commits
 
     conn = _Db(str(db))
     try:
@@ -221,7 +222,6 @@ def test_scope_rules_of_the_reference_replay(clean_store: Path) -> None:
     stream ends), INV-9 (a commit id used twice), INV-2 (a fact after RunEnded), INV-1 (a
     stream that does not start with RunCreated), INV-39 (the Run index disagrees)."""
     import attrs
-
     from runx_spec.trace import Observed, RunHead, validate_scope
 
     commits, heads = _observed(clean_store)
