@@ -177,7 +177,7 @@ def _scope_commits(db: _Db, scope: str) -> tuple[list[Any], list[Any], int, set[
                                      f"{fact.WIRE_NAME!r}")
             except Exception as exc:
                 bad.append(V(scope, stream_run, int(idx), cid, int(seq), "RUN-WIR-2",
-                             f"the stored event does not decode: {exc}"))
+                             f"the stored event is not a readable fact of this commit: {exc}"))
                 broken.add(stream_run)
                 break
             observed.append(observe_fact(fact))
