@@ -419,3 +419,16 @@ def test_responses_fold_only_onto_their_kind(kind: str) -> None:
         bad = attrs.evolve(fact, call_id=mine.call_id, response_id=mine.waiting.id,
                            response_digest="")
         assert fold_refusal(state, bad).reason == "response_digest is required"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("queued", [True, False])
+def test_duplicate_input_id_is_a_conflict_naming_it(queued: bool) -> None:
+    """decide's identity refusal: an input id already pending, or twice in one batch."""
+    log = fresh("in-1")
+    batch = (B.agent_input("in-1"),) if queued else (B.agent_input("in-2"),) * 2
+    command = C.AcceptInput(batch)
+    with pytest.raises(CommandConflictError) as info:
+        decide(log.state(), command)
+    assert info.value.command is command  # type: ignore[attr-defined]
+    expected = "input id 'in-1' already queued" if queued else "input id 'in-2' already queued"
+    assert info.value.reason == expected  # type: ignore[attr-defined]
