@@ -432,3 +432,76 @@ def test_duplicate_input_id_is_a_conflict_naming_it(queued: bool) -> None:
     assert info.value.command is command  # type: ignore[attr-defined]
     expected = "input id 'in-1' already queued" if queued else "input id 'in-2' already queued"
     assert info.value.reason == expected  # type: ignore[attr-defined]
+
+
+# -- survivors of the second measurement: tool settlements ---------------------------------
+
+
+def _running_tool() -> tuple[B.SimpleLog, MachineState]:
+    log = tool_step([("search", "{}"), ("search", "{}")], ("search",))
+    log.apply(B.start_tool(log.state(), 0))
+    return log, log.state()
+
+
+def test_tool_settlement_refusal_reasons() -> None:
+    _, state = _running_tool()
+    cases: list[tuple[C.Command, str]] = []
+    _, ok = B.tool_result(state, 0, '{"a":1}')
+    for empty in ("", "null", '""'):
+        cases.append((attrs.evolve(ok, result=attrs.evolve(ok.result, output=empty)),  # type: ignore[attr-defined]
+                      "tool output must not be empty or null"))
+    _, fail = B.tool_failure(state, 0)
+    known = "a KNOWN failure needs a class other than effect_unknown"
+    cases.append((attrs.evolve(fail, failure=Failure("")), known))
+    cases.append((attrs.evolve(fail, failure=Failure(FailureClass.EFFECT_UNKNOWN)), known))
+    cases.append((attrs.evolve(fail, outcome=ToolFailureOutcome.UNKNOWN,
+                               failure=Failure(FailureClass.EXECUTION_FAILED)),
+                  "an UNKNOWN failure has class effect_unknown"))
+    cases.append((attrs.evolve(fail, outcome="lost"), "outcome must be KNOWN or UNKNOWN"))
+    for command, reason in cases:
+        assert refusal(state, command).reason == reason, command  # type: ignore[attr-defined]
+
+
+def test_unknown_tool_failure_keeps_its_message_under_effect_unknown() -> None:
+    _, state = _running_tool()
+    _, fail = B.tool_failure(state, 0, failure_class="", message="lost the worker",
+                             outcome=ToolFailureOutcome.UNKNOWN)
+    (fact,) = decide(state, fail)
+    assert fact.failure == Failure(FailureClass.EFFECT_UNKNOWN, "lost the worker")  # type: ignore[attr-defined]
+    assert fact.outcome is ToolFailureOutcome.UNKNOWN  # type: ignore[attr-defined]
+
+
+def test_tool_settlement_fold_guards() -> None:
+    log, state = _running_tool()
+    cur = state.current
+    assert isinstance(cur, ToolStep)
+    running, pending = cur.calls
+    digest = "sha256:" + "6" * 64
+
+    def completed(**kw: Any) -> F.ToolCallCompleted:
+        fields = {"step_id": cur.id, "call_id": running.call_id, "effect": running.effect,
+                  "output_digest": digest, **kw}
+        return F.ToolCallCompleted(**fields)
+
+    def failed(**kw: Any) -> F.ToolCallFailed:
+        fields = {"step_id": cur.id, "call_id": running.call_id, "effect": running.effect,
+                  "failure": Failure(FailureClass.EXECUTION_FAILED),
+                  "outcome": ToolFailureOutcome.KNOWN, **kw}
+        return F.ToolCallFailed(**fields)
+
+    cases: list[tuple[MachineState, Any, str]] = [
+        (state, completed(output_digest=""), "output_digest is required"),
+        (state, completed(effect="e" * 64), "effect is not the running one"),
+        (state, failed(effect="e" * 64), "effect is not the call's effect"),
+        (state, failed(call_id=pending.call_id, effect="", outcome=ToolFailureOutcome.UNKNOWN,
+                       failure=Failure(FailureClass.EFFECT_UNKNOWN)),
+         "UNKNOWN only from EXECUTING"),
+        (state, failed(failure=Failure("")), "failure class is required"),
+        (state, failed(failure=Failure(FailureClass.EFFECT_UNKNOWN)),
+         "failure class and outcome disagree"),
+        (state, failed(outcome=ToolFailureOutcome.UNKNOWN), "failure class and outcome disagree"),
+    ]
+    done = evolve(state, failed())
+    cases.append((done, failed(), "call is already failed"))
+    for at, fact, reason in cases:
+        assert fold_refusal(at, fact).reason == reason, fact  # type: ignore[attr-defined]
