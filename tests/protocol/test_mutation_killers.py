@@ -472,7 +472,7 @@ def test_unknown_tool_failure_keeps_its_message_under_effect_unknown() -> None:
 
 
 def test_tool_settlement_fold_guards() -> None:
-    log, state = _running_tool()
+    _, state = _running_tool()
     cur = state.current
     assert isinstance(cur, ToolStep)
     running, pending = cur.calls
