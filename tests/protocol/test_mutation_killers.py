@@ -505,3 +505,19 @@ def test_tool_settlement_fold_guards() -> None:
     cases.append((done, failed(), "call is already failed"))
     for at, fact, reason in cases:
         assert fold_refusal(at, fact).reason == reason, fact  # type: ignore[attr-defined]
+
+
+def test_settling_another_effect_and_the_completed_result() -> None:
+    _, state = _running_tool()
+    cur = state.current
+    assert isinstance(cur, ToolStep)
+    _, ok = B.tool_result(state, 0, '{"a":1}')
+    for wrong in (attrs.evolve(ok, effect="e" * 64),
+                  attrs.evolve(B.tool_failure(state, 0)[1], effect="e" * 64)):
+        assert refusal(state, wrong).reason == "effect is not the running one"  # type: ignore[attr-defined]
+    (fact,) = decide(state, ok)
+    after = evolve(state, fact)
+    assert isinstance(after.current, ToolStep)
+    call = after.current.calls[0]
+    assert call.result is not None
+    assert call.result.output_digest == fact.output_digest  # type: ignore[attr-defined]
