@@ -79,7 +79,7 @@ class _Main(click.Group):
     host commands are loaded lazily from ``runx_actors.host.cli_commands``."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *_HOST_COMMANDS, "store",
+        return sorted({*super().list_commands(ctx), *_HOST_COMMANDS, "store", "simulate",
                        *_LAZY_COMMANDS})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
@@ -87,6 +87,10 @@ class _Main(click.Group):
             from .store._cli import store
 
             return store
+        if cmd_name == "simulate":  # issue 9: runx_actors.testing.simulation, lazily
+            from .testing.simulation._cli import simulate
+
+            return simulate
         if cmd_name in _HOST_COMMANDS:
             from .host import cli_commands
 

@@ -146,7 +146,8 @@ class Controller:
     """
 
     def __init__(self, choices: Choices, *, max_steps: int, fault_steps: int,
-                 faults: bool = True) -> None:
+                 faults: bool = True, allows: Callable[[str], bool] | None = None) -> None:
+        self._allows = allows
         self.choices = choices
         self.max_steps = max_steps
         self.fault_steps = fault_steps if faults else 0
@@ -180,7 +181,8 @@ class Controller:
         """Wait until the scheduler releases this point; return the injected fault ("" for
         none). Cancellation while waiting: the point is withdrawn."""
         self._serial += 1
-        p = _Point(label, tuple(faults) if self.faulting else (), self._serial)
+        offered = tuple(f for f in faults if self._allows is None or self._allows(f))
+        p = _Point(label, offered if self.faulting else (), self._serial)
         self.pending.append(p)
         try:
             await p.go.wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -34,7 +35,7 @@ class Schedule:
 
     Text form (``str(schedule)``, accepted by :meth:`parse` and ``--replay``)::
 
-        v1/<store>/seed=<int>/runs=<int>/steps=<int>/faults=<0|1>/<choices>
+        v1/<store>/seed=<int>/runs=<int>/steps=<int>/faults=<0|1>[/only=<kinds>]/<choices>
 
     where ``<choices>`` is a comma list of ints, ``v*k`` meaning *k* times *v* (``-``
     for none).
@@ -45,13 +46,19 @@ class Schedule:
 
     def __str__(self) -> str:
         c = self.config
+        only = f"only={c.only}/" if c.only else ""
         return (f"v1/{c.store}/seed={c.seed}/runs={c.runs}/steps={c.steps}/"
-                f"faults={int(c.faults)}/{_encode(self.choices)}")
+                f"faults={int(c.faults)}/{only}{_encode(self.choices)}")
 
     @classmethod
     def parse(cls, text: str) -> Schedule:
         """Raises ScheduleFormatError for anything but the text form above."""
         parts = text.strip().split("/")
+        only = ""
+        if len(parts) == 8 and parts[6].startswith("only="):
+            only = parts.pop(6)[5:]
+            if not re.fullmatch(r"[a-z_]+(\+[a-z_]+)*", only):
+                raise ScheduleFormatError(f"bad fault list {only!r}")
         if len(parts) != 7 or parts[0] != "v1" or parts[1] not in ("memory", "sqlite"):
             raise ScheduleFormatError(f"not a v1 schedule: {text[:80]!r}")
         fields: dict[str, int] = {}
@@ -64,7 +71,7 @@ class Schedule:
                 or fields["faults"] not in (0, 1):
             raise ScheduleFormatError("runs, steps or faults out of range")
         config = Config(seed=fields["seed"], store=parts[1], runs=fields["runs"],
-                        steps=fields["steps"], faults=bool(fields["faults"]))
+                        steps=fields["steps"], faults=bool(fields["faults"]), only=only)
         return cls(config, _decode(parts[6]))
 
 
@@ -125,15 +132,20 @@ def _trio_seed(seed: int) -> None:
     _run._r.seed(seed)
 
 
-def run_schedule(config: Config, choices: Choices) -> Result:
-    """Run one world under *choices* to the end (synchronous: its own ``trio.run``)."""
+def run_schedule(config: Config, choices: Choices, *,
+                 make_store: Callable[[], Any] | None = None) -> Result:
+    """Run one world under *choices* to the end (synchronous: its own ``trio.run``).
+
+    *make_store* replaces the memory store's class (tests hand in deliberately broken
+    stores to see the oracles fire)."""
     with _sqlite_path(config) as path:
-        world = World(config, choices, path=path)
+        world = World(config, choices, path=path, make_store=make_store)
         clock = trio.testing.MockClock()
         _trio_seed(config.seed)
         trio.run(world.main, clock, clock=clock)
     arity = tuple(choices.arity) if isinstance(choices, ReplayChoices) else ()
-    return Result(Schedule(config, tuple(choices.record)), tuple(world.obs.violations),
+    # trailing zeros are implied (a replay decides 0 past the end of its schedule)
+    return Result(Schedule(config, _trim(tuple(choices.record))), tuple(world.obs.violations),
                   tuple(world.ctl.trace), world.ctl.steps, world.ctl.faults_used,
                   dict(world.stats), arity)
 
@@ -283,6 +295,7 @@ def _exhaustive(config: Config, *, limit: int, depth: int = 24) -> Iterator[Resu
         yield r
         arity = list(r.arity[:depth])
         taken = list(r.schedule.choices[:depth])
+        taken += [0] * (len(arity) - len(taken))  # the trimmed trailing zeros
         # next prefix: bump the deepest decision that still has an untried alternative
         while taken:
             i = len(taken) - 1

@@ -13,7 +13,7 @@ import contextlib
 import json
 import random
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,12 @@ class Config:
     fault_rate: float = 0.06
     world_faults: int = 2
     drain_timeout: float = 10.0
+    #: only these fault kinds ("+"-separated; "" = every kind); ``hostile`` enables the
+    #: misbehaving models of the workload
+    only: str = ""
+
+    def allows(self, fault: str) -> bool:
+        return not self.only or fault in self.only.split("+")
 
 
 @attrs.frozen
@@ -101,7 +107,7 @@ def make_workload(cfg: Config) -> Workload:
     for k in range(cfg.runs):
         calls = tuple(rng.choice(("echo", "echo", "approve.me")) for _ in range(rng.randint(1, 2)))
         hostile = ""
-        if cfg.faults and rng.random() < 0.15:
+        if cfg.faults and rng.random() < 0.15 and cfg.allows("hostile"):
             hostile = rng.choice(HOSTILE)
         plans.append(RunPlan(f"run-{k}", calls, rng.random() < 0.8, rng.random() < 0.3,
                              rng.random() < 0.3, hostile,
@@ -175,10 +181,12 @@ class SimModel:
 class World:
     """One schedule of one workload. ``await world.main(clock)`` under ``trio.run``."""
 
-    def __init__(self, cfg: Config, choices: Choices, *, path: Path | None = None) -> None:
+    def __init__(self, cfg: Config, choices: Choices, *, path: Path | None = None,
+                 make_store: Callable[[], Any] | None = None) -> None:
         self.cfg = cfg
+        self.make_store = make_store or MemoryStore
         self.ctl = Controller(choices, max_steps=cfg.steps, fault_steps=cfg.steps,
-                              faults=cfg.faults)
+                              faults=cfg.faults, allows=cfg.allows)
         self.obs = Observer(self)
         self.workload = make_workload(cfg)
         self.path = path
@@ -257,7 +265,7 @@ class World:
     async def _open_store(self) -> AsyncIterator[Any]:
         if self.cfg.store == "memory":
             if not hasattr(self, "_memory"):
-                self._memory = MemoryStore()
+                self._memory = self.make_store()
             yield self._memory
             return
         from ...store.sqlite import open_sqlite_store
@@ -449,7 +457,8 @@ class World:
                 app.start_soon(self._input, rt, p, name=f"app-input:{p.run_id}")
             if p.cancel and p.run_id not in self.cancels_done:
                 app.start_soon(self._cancel, rt, p, name=f"app-cancel:{p.run_id}")
-        if not final and self.world_faults_left > 0:
+        if not final and self.world_faults_left > 0 and any(
+                self.cfg.allows(f) for f in WORLD_FAULTS):
             app.start_soon(self._chaos, rt, name="chaos")
         if self._pending_drivers == 0:
             self.end.set()
@@ -473,21 +482,31 @@ class World:
         r = self.begin("drive", run_id)
         self.open_drive[run_id] = r
         result: Any = None
+        cancelled = False
         with trio.CancelScope() as caller:
             if fault:
                 assert self._app is not None
                 self._app.start_soon(self._abandon, caller, run_id, name=f"app-abandon:{run_id}")
             try:
                 result = await rt.drive(run_id, builder=builder)
-            except trio.Cancelled:
-                self.finish(r, None)
-                raise
-            except Exception as exc:
-                self.finish(r, exc)
-                self.open_drive.pop(run_id, None)
-                return not isinstance(exc, OwnershipLostError)
+            except BaseException as exc:
+                # a bare Cancelled, an error, or (a caller cancelled while its request
+                # failed) both in one group: split them, then re-check cancellation
+                leaves = _leaves(exc)
+                errors = [e for e in leaves if not isinstance(e, trio.Cancelled)]
+                cancelled = len(errors) < len(leaves)
+                if errors:
+                    self.finish(r, errors[0])
+                    self.open_drive.pop(run_id, None)
+                    if not cancelled:
+                        return not isinstance(errors[0], OwnershipLostError)
+                if not caller.cancel_called:
+                    raise  # not the application's own cancel: the process is going away
+        await trio.lowlevel.checkpoint_if_cancelled()
         self.open_drive.pop(run_id, None)
-        if caller.cancelled_caught:
+        if cancelled or caller.cancelled_caught:
+            if r.done:  # the failure was handed over with the Cancelled
+                return True
             self.finish(r, None)
             if r.serial in self.builder_raised:
                 self.obs.violate("not-masked", run_id,
@@ -589,7 +608,7 @@ class World:
 
     async def _chaos(self, rt: Any) -> None:
         while self.world_faults_left > 0 and self.ctl.faulting and not self.event:
-            fault = await self.op("tick", WORLD_FAULTS)
+            fault = await self.op("tick", [f for f in WORLD_FAULTS if self.cfg.allows(f)])
             if not fault:
                 await trio.sleep(1.0)
                 continue
