@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import needs_fixes
+from sim_support import needs_fixes
 
 from runx_actors.testing.simulation import Config, Schedule, choices_for, replay, run_schedule
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import DEEP, needs_fixes
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sim_support import DEEP, needs_fixes
 
 from model_tests._broken import UnfencedMemoryStore
 from runx_actors.testing.simulation import (
@@ -110,7 +110,7 @@ def test_pct_seed_set_holds_every_invariant() -> None:
 
 def _slow_selected(config: pytest.Config) -> bool:
     expr = str(config.getoption("-m") or "")
-    return "slow" in expr and "not slow" not in expr or bool(os.environ.get("RUNX_SIM_SEEDS"))
+    return ("slow" in expr and "not slow" not in expr) or bool(os.environ.get("RUNX_SIM_SEEDS"))
 
 
 @pytest.mark.slow

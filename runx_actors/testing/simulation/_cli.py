@@ -15,9 +15,8 @@ from typing import Any
 import attrs
 import click
 
-from ._run import STRATEGIES, Exploration, Result, Schedule, ScheduleFormatError, explore
+from ._run import STRATEGIES, Exploration, Result, Schedule, ScheduleFormatError, explore, shrink
 from ._run import replay as replay_schedule
-from ._run import shrink
 from ._world import Config
 
 __all__ = ["simulate", "DEFAULT_SEEDS"]

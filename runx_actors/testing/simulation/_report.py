@@ -35,7 +35,7 @@ def window(result: Result, context: int = CONTEXT) -> list[Step]:
                  len(trace) - 1)
     lo = max(first - context, 0)
     return [s for i, s in enumerate(trace)
-            if i >= lo and i <= first or s.fault or s.label.startswith("VIOLATION")]
+            if (i >= lo and i <= first) or s.fault or s.label.startswith("VIOLATION")]
 
 
 def _line(step: Step) -> str:

@@ -22,11 +22,18 @@ import trio
 import trio.testing
 
 from ... import effect
-from ...executors import ModelError, ToolError, call_tools, open_local_executor, python_tool
-from ...executors import reply, tool_call
+from ...executors import (
+    ModelError,
+    ToolError,
+    call_tools,
+    open_local_executor,
+    python_tool,
+    reply,
+    tool_call,
+)
 from ...protocol.canonical import canonical_json_text
 from ...protocol.commit import fold_run
-from ...protocol.errors import CommandRefusedError, OwnershipLostError, RunExistsError
+from ...protocol.errors import OwnershipLostError, RunExistsError
 from ...protocol.plan import Idle, needs_recovery, plan_next, waiting_calls
 from ...protocol.values import ResponsePolicy, RunStatus
 from ...runtime import (

@@ -67,7 +67,7 @@ class SimFrozen:
         self.world = world
 
     async def put(self, digest: str, data: bytes) -> None:
-        await self.world.op(f"frozen.put", ())
+        await self.world.op("frozen.put", ())
         async with self.world.ctl.real_operation():
             await self.inner.put(digest, data)
 

@@ -1,4 +1,4 @@
-"""Shared settings of the simulation tests.
+"""Shared settings of the simulation tests (imported by the test modules).
 
 ``FIXED``: the shell's issue-9 fixes are present (``RuntimeClosedError`` exists). The
 regression seeds of the pre-fix findings, and the all-seeds-pass checks, are expected to
