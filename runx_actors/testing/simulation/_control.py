@@ -27,6 +27,10 @@ __all__ = ["Choices", "RandomChoices", "PCTChoices", "ReplayChoices", "Controlle
            "StopWorld"]
 
 
+#: Virtual seconds one released operation takes.
+TICK = 0.01
+
+
 class StopWorld(Exception):
     """Raised inside the world when the step or time bound is reached (not a finding by
     itself: the liveness oracle decides)."""
@@ -205,6 +209,9 @@ class Controller:
                 await self._idle.wait()
                 continue
             if self.pending:
+                # every operation costs TICK seconds: timers fire even while some task
+                # keeps the world busy (a livelocked Run must not freeze the clock)
+                clock.jump(TICK)
                 self._release()
                 continue
             dt = trio.lowlevel.current_statistics().seconds_to_next_deadline

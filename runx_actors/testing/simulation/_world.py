@@ -65,6 +65,9 @@ SCOPE = "sim"
 #: World faults the chaos actor may choose.
 WORLD_FAULTS = ("crash", "takeover", "close_runtime")
 MAX_DRIVES = 4
+#: Waits for the Reconciler when a drive answers WAITING(execution_recovery), and the pause.
+RECOVERY_WAITS = 4
+RECOVERY_PAUSE = 6.0
 HOSTILE = ("unknown_tool", "hangs")
 
 
@@ -224,8 +227,13 @@ class World:
         """A controlled point labelled ``"<task>: <what>"``; returns the fault injected."""
         return await self.ctl.point(f"{actor_name()}: {what}", faults)
 
+    def store_faults(self) -> tuple[str, ...]:
+        """``("store_closed",)`` while world faults are left (it is one of them)."""
+        return ("store_closed",) if self.world_faults_left > 0 and not self.event else ()
+
     def close_store(self, incarnation: int, run_id: str) -> None:
-        if incarnation not in self.store_closed_at:
+        if incarnation not in self.store_closed_at and self.world_faults_left > 0:
+            self.world_faults_left -= 1
             self.store_closed_at[incarnation] = trio.current_time()
             self.obs.injected("", f"store closed (at {run_id})")
             self._world_fault("store_closed")
@@ -253,8 +261,13 @@ class World:
         self.requests.append(r)
         return r
 
-    def finish(self, r: Request, exc: BaseException | None) -> None:
+    def finish(self, r: Request, exc: BaseException | None, value: Any = None) -> None:
         r.done = True
+        if exc is not None:
+            self.obs.note(f"{r.kind}#{r.serial} {r.run_id} -> {type(exc).__name__}: "
+                          f"{str(exc)[:80]}")
+        elif value is not None:
+            self.obs.note(f"{r.kind}#{r.serial} {r.run_id} -> {value}")
         if exc is not None and not isinstance(exc, trio.Cancelled):
             self.obs.request_error(r.run_id, f"{r.kind}#{r.serial}", exc, r.world_fault)
 
@@ -378,6 +391,9 @@ class World:
             async with trio.open_nursery() as n:
                 n.start_soon(on_exhausted, name="bound")
                 await self.end.wait()
+                for r in self.requests:  # whatever is in flight now meets the world event
+                    if not r.done:
+                        r.world_fault = True
                 wait.cancel()
                 n.cancel_scope.cancel()
 
@@ -473,8 +489,17 @@ class World:
     async def _driver(self, rt: Any, plan: RunPlan, builder: Any) -> None:
         self.drivers[plan.run_id] = builder
         try:
-            for _ in range(MAX_DRIVES):
-                if not await self._drive_once(rt, plan, builder):
+            recovering = 0
+            for _ in range(MAX_DRIVES + RECOVERY_WAITS):
+                again = await self._drive_once(rt, plan, builder)
+                if again == "recovery":
+                    # takeover left an effect EXECUTING: the Reconciler settles it or
+                    # retries its redispatch every requeue_after (5 s); wait for it
+                    recovering += 1
+                    if recovering > RECOVERY_WAITS:
+                        return
+                    await trio.sleep(RECOVERY_PAUSE)
+                elif not again:
                     return
         finally:
             del self.drivers[plan.run_id]
@@ -482,8 +507,9 @@ class World:
             if self._pending_drivers <= 0:
                 self.end.set()
 
-    async def _drive_once(self, rt: Any, plan: RunPlan, builder: Any) -> bool:
-        """One drive and what the application does with its result; False: stop."""
+    async def _drive_once(self, rt: Any, plan: RunPlan, builder: Any) -> bool | str:
+        """One drive and what the application does with its result; False: stop,
+        ``"recovery"``: the Run waits for takeover recovery."""
         run_id = plan.run_id
         fault = await self.op(f"drive {run_id}", ("abandon",), run_id=run_id)
         r = self.begin("drive", run_id)
@@ -521,7 +547,7 @@ class World:
                                  f"while the caller was being cancelled; the caller saw only "
                                  f"Cancelled")
             return True
-        self.finish(r, None)
+        self.finish(r, None, f"{result.disposition.name} {result.reason}".strip())
         if result.disposition is LoopDisposition.FINISHED:
             self.finished_runs.add(run_id)
             return False
@@ -545,7 +571,7 @@ class World:
                     return False
                 self.finish(r, None)
             return True
-        return bool(result.execution_recovery)
+        return "recovery" if result.execution_recovery else False
 
     async def _abandon(self, caller: trio.CancelScope, run_id: str) -> None:
         await self.op(f"abandon caller {run_id}", (), run_id=run_id)
@@ -647,6 +673,8 @@ class World:
         if rt is None or not self.rt_open:
             self.transient_keys.add(key)
             self.obs.note(f"redispatch of {key.run_id} routed to a closed runtime")
+        else:  # the latest redispatch reached an open runtime: its answer is real
+            self.transient_keys.discard(key)
         if rt is None:
             raise trio.ClosedResourceError("no runtime yet")
         await rt.runtime.run(key.run_id).redispatch(key)

@@ -163,7 +163,8 @@ class SimRunStore:
             raise SimulatedFault("the store is closed")
 
     async def load(self, run_id: str) -> Any:
-        fault = await self.world.op(f"store.load {run_id}", ("store_closed",), run_id=run_id)
+        fault = await self.world.op(f"store.load {run_id}", self.world.store_faults(),
+                                    run_id=run_id)
         if fault:
             self.world.close_store(self.writer.incarnation, run_id)
         self._check_open()
@@ -179,8 +180,8 @@ class SimRunStore:
     async def commit(self, request: CommitRequest) -> CommitResult:
         run_id = _run_of(request)
         command = type(request.envelope.command).__name__
-        fault = await self.world.op(f"store.commit {run_id} {command}", COMMIT_FAULTS,
-                                    run_id=run_id)
+        faults = COMMIT_FAULTS[:2] + self.world.store_faults()
+        fault = await self.world.op(f"store.commit {run_id} {command}", faults, run_id=run_id)
         if fault == "store_closed":
             self.world.close_store(self.writer.incarnation, run_id)
         self._check_open()
