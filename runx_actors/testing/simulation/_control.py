@@ -86,9 +86,15 @@ class PCTChoices(RandomChoices):
         self.changes = sorted(self.rng.randrange(max(horizon, 1)) for _ in range(depth - 1))
         self.low = 0.0
         self.steps = 0
+        self.fair = False
+
+    def faults_over(self) -> None:
+        """The liveness phase needs a fair scheduler: PCT starves low priorities by
+        design, so from here on it walks randomly."""
+        self.fair = True
 
     def _draw(self, n: int, kind: str, labels: Sequence[str]) -> int:
-        if kind == "fault":
+        if kind == "fault" or self.fair:
             return super()._draw(n, kind, labels)
         actors = [label.split(": ", 1)[0] for label in labels]
         for actor in actors:
