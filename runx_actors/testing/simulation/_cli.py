@@ -13,7 +13,6 @@ import re
 import sys
 from typing import Any
 
-import attrs
 import click
 
 from ._run import STRATEGIES, Exploration, Result, Schedule, ScheduleFormatError, explore, shrink
@@ -109,7 +108,7 @@ def simulate(seeds: int | None, seed: int, store: str, strategy: str, faults: st
                 click.echo("failing seeds: " + ", ".join(
                     f"{r.schedule.config.seed} ({'/'.join(sorted(r.signature()))})"
                     for r in run.failures[:20]))
-            _emit(attrs.evolve(small), fmt, strategy, first)
+            _emit(small, fmt, strategy, first)
     if fmt == "json":
         click.echo(json.dumps({"ok": not failed, "stores": summary}))
     sys.exit(1 if failed else 0)

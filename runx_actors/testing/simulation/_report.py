@@ -56,7 +56,7 @@ def render_text(result: Result, *, strategy: str = "", original: Result | None =
     for v in result.violations:
         out.append(f"  [{v.invariant}] {v.run_id or 'world'} at step {v.step}, "
                    f"t={v.time:.1f}: {v.message}")
-    if original is not None and original is not result:
+    if original is not None and original.schedule != result.schedule:
         out.append(f"shrunk from {len(original.schedule.choices)} to "
                    f"{len(result.schedule.choices)} decisions")
     out.append(f"schedule: {result.schedule}")
