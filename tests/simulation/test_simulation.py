@@ -124,3 +124,19 @@ def test_thousands_of_seeds(request: pytest.FixtureRequest, store: str, count: i
     count = int(os.environ.get("RUNX_SIM_SEEDS", count))
     run = explore(Config(store=store), strategy="random", seeds=range(10_000, 10_000 + count))
     assert not run.failures, [str(r.schedule) for r in run.failures[:5]]
+
+
+#: every fault kind except the misbehaving models (bounded-time has its own seeds)
+ALL_BUT_HOSTILE = ("crash+takeover+close_runtime+store_closed+lost_request+applied_unanswered"
+                   "+raise+retryable+hang+abandon+raises+check_raises+duplicate+model_error")
+
+
+@needs_fixes
+@given(st.lists(st.integers(0, 4), max_size=300), st.integers(0, 1000))
+@settings(max_examples=300 if DEEP else 6)
+def test_hypothesis_drives_the_choice_sequence_with_faults(choices: list[int],
+                                                           seed: int) -> None:
+    """Hypothesis picks order and faults (every non-zero fault decision injects one), so a
+    failure it finds is shrunk by hypothesis itself."""
+    result = run_schedule(Config(seed=seed, only=ALL_BUT_HOSTILE), ReplayChoices(choices))
+    assert result.ok, [v.to_dict() for v in result.violations]

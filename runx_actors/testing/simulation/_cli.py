@@ -92,12 +92,14 @@ def simulate(seeds: int | None, seed: int, store: str, strategy: str, faults: st
         rate = run.schedules / run.seconds if run.seconds else 0.0
         summary.append({"store": name, "strategy": strategy, "schedules": run.schedules,
                         "failing": len(run.failures), "seconds": round(run.seconds, 2),
+                        "cpu_seconds": round(run.cpu_seconds, 2), "steps": run.steps,
                         "schedules_per_second": round(rate, 2),
                         "violations": run.by_invariant})
         if fmt != "json":
             click.echo(f"{name}: {run.schedules} schedules ({strategy}, faults {faults}), "
                        f"{len(run.failures)} failing, {run.seconds:.1f} s "
-                       f"({rate:.2f} schedules/s)"
+                       f"({rate:.2f} schedules/s; {run.cpu_seconds:.1f} s CPU, "
+                       f"{run.steps} steps)"
                        + (f"; violations by invariant: {run.by_invariant}"
                           if run.failures else ""))
         if run.failures:

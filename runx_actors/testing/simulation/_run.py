@@ -244,6 +244,7 @@ class Exploration:
 
     schedules: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # process CPU time (all threads): the figure a loaded box keeps
     failures: list[Result] = attrs.Factory(list)
     by_invariant: dict[str, int] = attrs.Factory(dict)
     steps: int = 0
@@ -259,6 +260,7 @@ def explore(config: Config, *, strategy: str, seeds: Sequence[int],
         raise ValidationError(f"unknown strategy {strategy!r}")
     out = Exploration()
     started = time.perf_counter()
+    cpu = time.process_time()
 
     def take(r: Result) -> bool:
         out.schedules += 1
@@ -283,6 +285,7 @@ def explore(config: Config, *, strategy: str, seeds: Sequence[int],
             if take(run_schedule(cfg, choices_for(strategy, seed, cfg))):
                 break
     out.seconds = time.perf_counter() - started
+    out.cpu_seconds = time.process_time() - cpu
     return out
 
 
