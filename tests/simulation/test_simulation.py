@@ -128,7 +128,7 @@ def test_thousands_of_seeds(request: pytest.FixtureRequest, store: str, count: i
 
 #: every fault kind except the misbehaving models (bounded-time has its own seeds)
 ALL_BUT_HOSTILE = ("crash+takeover+close_runtime+store_closed+lost_request+applied_unanswered"
-                   "+raise+retryable+hang+abandon+raises+check_raises+duplicate+model_error")
+                   "+raise+retryable+hang+abandon+raises+check_raises+duplicate+lost+model_error")
 
 
 @needs_fixes

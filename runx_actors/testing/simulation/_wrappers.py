@@ -15,6 +15,7 @@ import trio
 
 from ...effect import AttachmentState
 from ...protocol.commit import CommitRequest, CommitResult
+from ...protocol.errors import OutcomeNotReadyError
 
 if TYPE_CHECKING:
     from ._world import World
@@ -240,8 +241,10 @@ class SimExecutor:
         await self.inner.cancel(key)
 
     async def get_outcome(self, key: Any) -> Any:
-        fault = await self.world.op(f"exec.get_outcome {key.run_id}", ("duplicate",),
+        fault = await self.world.op(f"exec.get_outcome {key.run_id}", ("duplicate", "lost"),
                                     run_id=key.run_id)
+        if fault == "lost":  # the answer is lost in transit: the reader must ask again
+            raise OutcomeNotReadyError("injected: the outcome's answer was lost")
         outcome = await self.inner.get_outcome(key)
         if fault:
             self.world.duplicate_later(outcome)
