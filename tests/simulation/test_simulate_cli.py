@@ -20,6 +20,8 @@ def test_exit_0_when_every_invariant_held() -> None:
     result = _run("--store", "memory", "--seeds", "2", "--faults", "off")
     assert result.exit_code == 0, result.output
     assert "memory: 2 schedules (random, faults off), 0 failing" in result.output
+    one = _run("--store", "memory", "--seed", "5", "--faults", "off")
+    assert one.exit_code == 0 and "memory: 1 schedules" in one.output, one.output
 
 
 def test_exit_0_json_summary_over_both_stores() -> None:

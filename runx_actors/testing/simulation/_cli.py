@@ -42,8 +42,8 @@ def _emit(result: Result, fmt: str, strategy: str, original: Result | None) -> N
 @click.command()
 @click.option("--seeds", type=click.IntRange(min=1, max=1_000_000), default=None,
               help="Schedules per store (default: 24 memory, 8 SQLite).")
-@click.option("--seed", type=click.IntRange(min=0, max=2**62), default=0, show_default=True,
-              help="First seed (seeds are SEED, SEED+1, ...).")
+@click.option("--seed", type=click.IntRange(min=0, max=2**62), default=None,
+              help="Run this seed only; with --seeds N: the first of N seeds (default 0).")
 @click.option("--store", type=click.Choice(["memory", "sqlite", "both"]), default="both",
               show_default=True)
 @click.option("--strategy", type=click.Choice(list(STRATEGIES)), default="random",
@@ -63,7 +63,7 @@ def _emit(result: Result, fmt: str, strategy: str, original: Result | None) -> N
 @click.option("--keep-going", is_flag=True, help="Run every seed even after a failure.")
 @click.option("--only", default="", metavar="KINDS",
               help="Inject only these fault kinds ('+'-separated, e.g. crash+hang).")
-def simulate(seeds: int | None, seed: int, store: str, strategy: str, faults: str,
+def simulate(seeds: int | None, seed: int | None, store: str, strategy: str, faults: str,
              runs: int, steps: int, fmt: str, replay_text: str | None, shrink_budget: int,
              keep_going: bool, only: str) -> None:
     """Run the real runtime under a controlled scheduler and check its contract."""
@@ -84,10 +84,11 @@ def simulate(seeds: int | None, seed: int, store: str, strategy: str, faults: st
     failed = False
     summary: list[dict[str, Any]] = []
     for name in stores:
-        count = seeds if seeds is not None else DEFAULT_SEEDS[name]
+        count = seeds if seeds is not None else 1 if seed is not None else DEFAULT_SEEDS[name]
+        first = seed or 0
         config = Config(store=name, runs=runs, steps=steps, faults=faults == "on", only=only)
         run: Exploration = explore(config, strategy=strategy,
-                                   seeds=range(seed, seed + count),
+                                   seeds=range(first, first + count),
                                    stop_at_first=not keep_going)
         rate = run.schedules / run.seconds if run.seconds else 0.0
         summary.append({"store": name, "strategy": strategy, "schedules": run.schedules,
