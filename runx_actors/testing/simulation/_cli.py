@@ -105,13 +105,13 @@ def simulate(seeds: int | None, seed: int | None, store: str, strategy: str, fau
                           if run.failures else ""))
         if run.failures:
             failed = True
-            first = run.failures[0]
-            small = shrink(first, budget=shrink_budget) if shrink_budget else first
+            failure = run.failures[0]
+            small = shrink(failure, budget=shrink_budget) if shrink_budget else failure
             if len(run.failures) > 1 and fmt != "json":
                 click.echo("failing seeds: " + ", ".join(
                     f"{r.schedule.config.seed} ({'/'.join(sorted(r.signature()))})"
                     for r in run.failures[:20]))
-            _emit(small, fmt, strategy, first)
+            _emit(small, fmt, strategy, failure)
     if fmt == "json":
         click.echo(json.dumps({"ok": not failed, "stores": summary}))
     sys.exit(1 if failed else 0)
