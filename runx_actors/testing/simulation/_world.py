@@ -66,7 +66,7 @@ SCOPE = "sim"
 WORLD_FAULTS = ("crash", "takeover", "close_runtime")
 MAX_DRIVES = 4
 #: Waits for the Reconciler when a drive answers WAITING(execution_recovery), and the pause.
-RECOVERY_WAITS = 4
+RECOVERY_WAITS = 40
 RECOVERY_PAUSE = 6.0
 HOSTILE = ("unknown_tool", "hangs")
 
