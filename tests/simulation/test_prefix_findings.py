@@ -19,23 +19,64 @@ from runx_actors.testing.simulation import Config, Schedule, choices_for, replay
 FINDINGS = json.loads((Path(__file__).with_name("prefix_findings.json")).read_text())
 
 
-def _cases() -> list[object]:
-    return [pytest.param(f, store, id=f"{f['id']}-{store}")
-            for f in FINDINGS for store in ("memory", "sqlite")]
+BY_ID = {f["id"]: f for f in FINDINGS}
+STORES = pytest.mark.parametrize("store", ["memory", "sqlite"])
 
 
-@needs_fixes
-@pytest.mark.parametrize("finding,store", _cases())
-def test_prefix_finding_stays_fixed(finding: dict[str, object], store: str) -> None:
-    wanted = set(finding["invariants"])  # type: ignore[arg-type]
-    cfg = Config(seed=int(finding["seed"]), store=store,  # type: ignore[call-overload]
-                 only=str(finding["only"]))
+def _stays_fixed(ident: str, store: str) -> None:
+    finding = BY_ID[ident]
+    wanted = set(finding["invariants"])
+    cfg = Config(seed=int(finding["seed"]), store=store, only=str(finding["only"]))
     searched = run_schedule(cfg, choices_for("random", cfg.seed, cfg))
     shrunk = replay(Schedule.parse(str(finding["schedule"]).replace(
         "v1/memory", f"v1/{store}")))
     for result in (searched, shrunk):
         broken = [v.to_dict() for v in result.violations if v.invariant in wanted]
-        assert not broken, broken
+        assert not broken, (ident, broken)
+
+
+@needs_fixes
+@STORES
+def test_sim_isolation_and_no_crash_loop(store: str) -> None:
+    """D1: a tool check that raises fails that call, not the drive; no crash loop."""
+    _stays_fixed("D1", store)
+
+
+@needs_fixes
+@STORES
+@pytest.mark.parametrize("ident", ["D2a", "D2b"])
+def test_sim_cancel_reaches_the_work(store: str, ident: str) -> None:
+    """D2: after CancelRun the drive returns within drain_timeout and no retry starts."""
+    _stays_fixed(ident, store)
+
+
+@needs_fixes
+@STORES
+@pytest.mark.parametrize("ident", ["D3a", "D3b"])
+def test_sim_every_request_is_answered(store: str, ident: str) -> None:
+    """D3: callers of a closing runtime get a library error, also those waiting for room."""
+    _stays_fixed(ident, store)
+
+
+@needs_fixes
+@STORES
+def test_sim_transient_is_not_final(store: str) -> None:
+    """D4: a redispatch into a closed runtime is not a give-up."""
+    _stays_fixed("D4", store)
+
+
+@needs_fixes
+@STORES
+def test_sim_errors_are_not_masked(store: str) -> None:
+    """D5: a builder error raised while the caller is cancelled reaches the caller."""
+    _stays_fixed("D5", store)
+
+
+@needs_fixes
+@STORES
+def test_sim_bounded_time(store: str) -> None:
+    """D6: a model that hangs forever or keeps asking for an unknown tool ends the Run."""
+    _stays_fixed("D6", store)
 
 
 def test_findings_file_lists_every_defect() -> None:
