@@ -68,6 +68,9 @@ MAX_DRIVES = 4
 #: Waits for the Reconciler when a drive answers WAITING(execution_recovery), and the pause.
 RECOVERY_WAITS = 40
 RECOVERY_PAUSE = 6.0
+#: Mock seconds past drain_timeout before an unanswered request counts (a bound met
+#: exactly at drain_timeout is met).
+GRACE = 1.0
 HOSTILE = ("unknown_tool", "hangs")
 
 
@@ -400,7 +403,7 @@ class World:
     async def _drain_requests(self) -> None:
         """After a runtime close / store close / takeover: every open request must be
         answered within drain_timeout."""
-        deadline = trio.current_time() + self.cfg.drain_timeout + 1.0
+        deadline = trio.current_time() + self.cfg.drain_timeout + GRACE
         while trio.current_time() < deadline:
             if all(r.done for r in self.requests):
                 return
@@ -612,7 +615,7 @@ class World:
         self.obs.note(f"CancelRun of {run_id} durable")
         drives = [d for d in self.requests if d.kind == "drive" and d.run_id == run_id
                   and not d.done]
-        await trio.sleep(self.cfg.drain_timeout)
+        await trio.sleep(self.cfg.drain_timeout + GRACE)
         if self.rt is not rt or not self.rt_open:
             return
         late = [d for d in drives if not d.done and not d.world_fault]
