@@ -138,13 +138,20 @@ class Observer:
 
     # -- executor -------------------------------------------------------------------------
 
-    def dispatch(self, assignment: Any) -> None:
+    def dispatch(self, assignment: Any, *, redispatch: bool) -> None:
+        """A dispatch after CancelRun: a redispatch breaks the clause at once; a start
+        barrier's dispatch only if an attempt then starts (see :meth:`attempt_started`)."""
         run_id = str(assignment.run_id)
         at = self.cancel_durable.get(run_id)
-        if at is not None:
+        if at is None:
+            return
+        what = assignment.call_id[:6] or "the model step"
+        if redispatch:
             self.violate("cancel-reaches-work", run_id,
-                         f"dispatch of {assignment.call_id or 'the model step'} at "
-                         f"t={_now():.1f} after CancelRun was durable at t={at:.1f}")
+                         f"redispatch of {what} at t={_now():.1f} after CancelRun was "
+                         f"durable at t={at:.1f}")
+        else:
+            self.note(f"dispatch of {what} of {run_id} after CancelRun (decided before it)")
 
     def executor_cancel(self, key: Any) -> None:
         self.note(f"executor cancel {key.run_id}")

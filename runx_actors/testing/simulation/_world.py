@@ -13,6 +13,7 @@ import contextlib
 import json
 import random
 import tempfile
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -212,6 +213,7 @@ class World:
         self.open_drive: dict[str, Request] = {}
         self.builder_raised: set[int] = set()
         self.transient_keys: set[Any] = set()
+        self.redispatching: Counter[str] = Counter()  # run_id -> redispatches in flight
         self.world_faults_left = cfg.world_faults if cfg.faults else 0
         self.event = ""
         self.end = trio.Event()
@@ -680,7 +682,13 @@ class World:
             self.transient_keys.discard(key)
         if rt is None:
             raise trio.ClosedResourceError("no runtime yet")
-        await rt.runtime.run(key.run_id).redispatch(key)
+        self.redispatching[key.run_id] += 1
+        try:
+            await rt.runtime.run(key.run_id).redispatch(key)
+        finally:
+            self.redispatching[key.run_id] -= 1
+            if not self.redispatching[key.run_id]:
+                del self.redispatching[key.run_id]
 
     # -- final checks -----------------------------------------------------------------------
 

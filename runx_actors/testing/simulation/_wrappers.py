@@ -232,7 +232,7 @@ class SimExecutor:
     async def dispatch(self, a: Any) -> None:
         await self.world.op(f"exec.dispatch {a.run_id} {short(a.call_id) or 'model'}", (),
                             run_id=a.run_id)
-        self.world.obs.dispatch(a)
+        self.world.obs.dispatch(a, redispatch=a.run_id in self.world.redispatching)
         await self.inner.dispatch(a)
 
     async def cancel(self, key: Any) -> None:
