@@ -482,7 +482,7 @@ def test_commands_registered_lazily() -> None:
     """The host commands join ``check``; importing the CLI loads neither trio nor SQLite."""
     ctx = click.Context(main)
     assert main.list_commands(ctx) == ["check", "demo", "harness", "keys", "loop", "resume",
-                                       "runs", "skill", "store", "verify"]
+                                       "runs", "simulate", "skill", "store", "verify"]
     assert all(main.get_command(ctx, name) is not None for name in main.list_commands(ctx))
     code = ("import sys, runx_actors.cli; "
             "assert not [m for m in ('trio', 'sqlite3') if m in sys.modules]")
