@@ -16,7 +16,7 @@ import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import trio
@@ -344,7 +344,7 @@ class World:
                 async with trio.open_nursery() as app:
                     self._app = app
                     try:
-                        async with open_runtime(store, sim_ex, scope=SCOPE,
+                        async with open_runtime(cast(Any, store), sim_ex, scope=SCOPE,
                                                 settings=settings, reconciler=rec,
                                                 mailbox_size=2) as rt:
                             self.rt = rt
