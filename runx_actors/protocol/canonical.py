@@ -5,7 +5,11 @@ These byte formats are digest preimages of Agent Run Protocol v1 and are frozen 
 
 * ``canonical_json`` is RFC 8785 (JCS), produced by the ``rfc8785`` library after the
   checks of §3.5 (bool before int, integers beyond ±(2^53-1) rounded to the nearest
-  double [D-11], non-finite numbers and lone surrogates refused).
+  double [D-11], non-finite numbers and lone surrogates refused). ``rfc8785`` is the
+  reference; a value in the *plain* domain (below) is written by ``orjson`` instead,
+  which ``tests/protocol/test_canonical_fast.py`` proves byte-equal to the reference
+  there. Everything else (any non-integral float, a non-ASCII key, an unsafe integer,
+  a type that is not exactly a JSON type) takes the reference path.
 * ``parse_json_strict`` is the only JSON reader of the protocol: UTF-8 only, no duplicate
   keys, no lone-surrogate escapes, no ``NaN``/``Infinity``, no trailing data, every number
   read as a double.
@@ -24,6 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import TypeAlias, cast
 
+import orjson
 import rfc8785
 
 from .errors import CanonicalJSONError, DecodeError, ValidationError
@@ -34,6 +39,7 @@ __all__ = [
     "MAX_SAFE_INTEGER",
     "ENVELOPE_VERSION",
     "canonical_json",
+    "reference_canonical_json",
     "canonical_json_text",
     "parse_json_strict",
     "normalize_json_text",
@@ -138,6 +144,95 @@ def _prepare_container(value: object) -> object:
     )
 
 
+# The fast path. A value is *plain* when it is built only from exactly ``None``, ``bool``,
+# ``str``, ``int`` within ±(2^53-1), ``list``/``tuple`` and ``dict`` with ASCII ``str``
+# keys, plus ``float`` values that are integral and within ±(2^53-1) (what strict parsing
+# yields for JSON integers). On that domain RFC 8785 and ``orjson`` with sorted keys agree
+# byte for byte, once integral floats are written as ints (JCS prints such a double as its
+# integer digits, "-0" as "0"): ASCII keys sort the same by UTF-16 code units and by
+# UTF-8 bytes, both write the same compact separators and the same string escapes (the two
+# quotes, backslash, ``\b \t \n \f \r`` and ``\u00xx`` for the other controls, every
+# other code point as UTF-8). A lone surrogate, nesting orjson refuses (255 levels) or
+# anything unexpected makes orjson raise, and the value goes to the reference path, which
+# either writes it or raises the §3.5 error.
+
+_PLAIN, _FLOATS, _SLOW = 0, 1, 2
+_SORT_KEYS = orjson.OPT_SORT_KEYS
+
+
+def _classify(value: object) -> int:
+    """``_PLAIN``, ``_FLOATS`` (plain once integral floats become ints) or ``_SLOW``."""
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return _PLAIN
+    if t is int:
+        return _PLAIN if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else _SLOW  # type: ignore[operator]
+    if t is dict:
+        found = _PLAIN
+        for key, item in value.items():  # type: ignore[attr-defined]
+            if type(key) is not str or not key.isascii():
+                return _SLOW
+            kind = _classify(item)
+            if kind == _SLOW:
+                return _SLOW
+            found |= kind
+        return found
+    if t is list or t is tuple:
+        found = _PLAIN
+        for item in value:  # type: ignore[attr-defined]
+            kind = _classify(item)
+            if kind == _SLOW:
+                return _SLOW
+            found |= kind
+        return found
+    if t is float:
+        number = cast(float, value)
+        return _FLOATS if number.is_integer() and abs(number) <= MAX_SAFE_INTEGER else _SLOW
+    return _SLOW
+
+
+def _integral(value: object) -> object:
+    """A copy of a ``_FLOATS`` value with its (integral, safe) floats as ints."""
+    t = type(value)
+    if t is float:
+        return int(value)  # type: ignore[call-overload]
+    if t is dict:
+        return {key: _integral(item) for key, item in value.items()}  # type: ignore[attr-defined]
+    if t is list or t is tuple:
+        return [_integral(item) for item in value]  # type: ignore[attr-defined]
+    return value
+
+
+def _fast_canonical(value: object) -> bytes | None:
+    """The canonical bytes of a plain *value* via orjson, or None (take the reference)."""
+    try:
+        kind = _classify(value)
+        if kind == _SLOW:
+            return None
+        return orjson.dumps(_integral(value) if kind == _FLOATS else value, option=_SORT_KEYS)
+    except (TypeError, ValueError, RecursionError):  # orjson.JSONEncodeError is a TypeError
+        return None
+
+
+def reference_canonical_json(value: object) -> bytes:
+    """``canonical_json`` by the reference path only (``rfc8785`` after the §3.5 checks).
+
+    The oracle the fast path is tested against; same contract as :func:`canonical_json`.
+
+    Raises:
+        CanonicalJSONError: as :func:`canonical_json`.
+    """
+    try:
+        prepared = _prepare(value)
+        return rfc8785.dumps(prepared)  # type: ignore[arg-type]
+    except CanonicalJSONError:
+        raise
+    except RecursionError as exc:
+        raise CanonicalJSONError("value nested too deeply", reason="too_deep") from exc
+    except (rfc8785.CanonicalizationError, UnicodeError, ValueError, TypeError) as exc:
+        raise CanonicalJSONError(f"cannot canonicalise: {exc}", reason="rfc8785") from exc
+
+
 def canonical_json(value: object) -> bytes:
     """Serialise *value* as RFC 8785 canonical JSON (UTF-8 bytes) (§3.5; RUN-CMP-1).
 
@@ -150,15 +245,10 @@ def canonical_json(value: object) -> bytes:
             or key with a lone surrogate, a non-string key, an unsupported type, or
             nesting too deep to serialise.
     """
-    try:
-        prepared = _prepare(value)
-        return rfc8785.dumps(prepared)  # type: ignore[arg-type]
-    except CanonicalJSONError:
-        raise
-    except RecursionError as exc:
-        raise CanonicalJSONError("value nested too deeply", reason="too_deep") from exc
-    except (rfc8785.CanonicalizationError, UnicodeError, ValueError, TypeError) as exc:
-        raise CanonicalJSONError(f"cannot canonicalise: {exc}", reason="rfc8785") from exc
+    fast = _fast_canonical(value)
+    if fast is not None:
+        return fast
+    return reference_canonical_json(value)
 
 
 def canonical_json_text(value: object) -> JSONText:
