@@ -318,6 +318,14 @@ def _check_strings(value: object) -> None:
                 stack.append(sub)
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _decode_text(data: bytes | bytearray | memoryview | str) -> str:
     if isinstance(data, str):
         return data
@@ -352,7 +360,9 @@ def _parse(text: str, *, allow_whitespace: bool) -> JSONValue:
         raise CanonicalJSONError(
             f"trailing data after the JSON value at offset {end}", reason="trailing_data"
         )
-    _check_strings(value)
+    if "\\u" in text or not (text.isascii() or _encodable(text)):
+        # only an escape or a raw surrogate in the text can put one in a string
+        _check_strings(value)
     return cast(JSONValue, value)
 
 

@@ -161,3 +161,24 @@ def test_nesting_orjson_refuses_is_written_by_the_reference() -> None:
         inner = nxt
     assert canonical._fast_canonical(value) is None
     assert canonical_json(value) == b"[" * 301 + b"]" * 301
+
+
+def _has_surrogate(text: str) -> bool:
+    return any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
+@given(st.dictionaries(_ANY_TEXT, _ANY_TEXT, max_size=3), st.booleans())
+def test_strict_parsing_refuses_every_lone_surrogate_escaped_or_raw(
+    value: dict[str, str], ascii_only: bool
+) -> None:
+    # the surrogate walk is skipped only for text with no \\u escape and no raw surrogate
+    import json
+
+    text = json.dumps(value, ensure_ascii=ascii_only)
+    bad = any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
+    if bad:
+        with pytest.raises(CanonicalJSONError) as info:
+            parse_json_strict(text)
+        assert info.value.reason == "lone_surrogate"
+    else:
+        assert parse_json_strict(text) == value
