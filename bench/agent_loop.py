@@ -4,6 +4,10 @@ One *iteration* is one model call plus one tool call, with instant executors (a 
 that answers from memory, an async tool that returns at once), so the figure measures
 runx-actors itself: commits, folds, the actor, the Watcher and the executor plumbing.
 
+Each loop row also gives the process's CPU time per iteration (every thread, the SQLite
+writer included): on a shared machine it moves far less with the load than the
+wall-clock rate, so it is the figure to compare two trees by.
+
 Printed in one invocation, so the figures are comparable:
 
 * memory store and SQLite store, 1 run and 100 concurrent runs;
@@ -117,13 +121,18 @@ async def loop_rate(kind: str, runs: int, iterations: int, workdir: str) -> dict
                 finished += 1
 
         start = time.perf_counter()
+        cpu_start = time.process_time()
         async with trio.open_nursery() as nursery:
             for i in range(runs):
                 nursery.start_soon(one, f"run-{i}")
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
     total = runs * iterations
+    # cpu: this process's CPU time over every thread (the SQLite writer included); on a
+    # shared machine it moves far less with the load than the wall-clock rate does
     return {"store": kind, "runs": runs, "iterations": total, "seconds": elapsed,
-            "iterations_per_s": total / elapsed, "finished": finished}
+            "iterations_per_s": total / elapsed, "finished": finished,
+            "cpu_seconds": cpu, "cpu_us_per_iteration": cpu / total * 1e6}
 
 
 async def channel_round_trips(n: int) -> float:
@@ -288,12 +297,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 def _print(results: dict[str, Any]) -> None:
     console = Console()
     table = Table(title="agent loop: iterations/s (1 model call + 1 tool call each)")
-    for col in ("store", "runs", "iterations", "seconds", "iterations/s", "finished"):
+    for col in ("store", "runs", "iterations", "seconds", "iterations/s", "CPU µs/iteration",
+                "finished"):
         table.add_column(col, justify="right")
     for r in results["loops"]:
         table.add_row(r["store"], str(r["runs"]), str(r["iterations"]),
                       f"{r['seconds']:.2f}", f"{r['iterations_per_s']:,.0f}",
-                      str(r["finished"]))
+                      f"{r['cpu_us_per_iteration']:,.0f}", str(r["finished"]))
     console.print(table)
     peers = Table(title="peers measured in the same run")
     peers.add_column("what")
