@@ -129,6 +129,8 @@ class ScopeLog:
         self.cache: dict[RunID, Snapshot] = {}
         #: (run_id, position, "open" | "ended") for every cache write, for observability.
         self.cache_writes: list[tuple[RunID, int, str]] = []
+        #: One copy of each event type name (a few dozen at most), shared by the events.
+        self._types: dict[str, str] = {}
 
     # -- ownership -------------------------------------------------------------------
 
@@ -204,10 +206,15 @@ class ScopeLog:
     ) -> Commit:
         events = []
         sizes: dict[str, int] = {}
+        types = self._types
         for stream, type_, data in items:
-            base = len(self.streams.get(stream, ())) + sizes.get(stream, 0)
+            held = self.streams.get(stream)
+            if held:  # one copy of the stream name per stream, not one per event
+                stream = held[0].stream
+            base = (len(held) if held else 0) + sizes.get(stream, 0)
             sizes[stream] = sizes.get(stream, 0) + 1
-            events.append(StoredEvent(stream, base, type_, data, commit_id, epoch))
+            events.append(StoredEvent(stream, base, types.setdefault(type_, type_), data,
+                                      commit_id, epoch))
         commit = Commit(commit_id, epoch, tuple(events))
         for e in events:
             self.streams.setdefault(e.stream, []).append(e)
