@@ -18,7 +18,6 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
-from ..protocol import commands as C
 from ..protocol.canonical import decode_frozen
 from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot
 from ..protocol.digests import model_request_from_json
@@ -200,24 +199,11 @@ class SqlWriter(SqlReader[S]):
 W = TypeVar("W", bound=SqlWriter[Any])
 
 
-#: At most this many model-request bodies are held per RunStore between their Prepare
-#: commit and the model start that reads them back (oldest dropped first).
-HELD_REQUESTS = 256
-
-
 class SqlRunStore(Generic[W]):
-    """RunStore bound to a writer (RUN-CMT-1).
-
-    The bytes of each model request this RunStore committed (Prepare ACCEPTED) are held
-    until ``frozen_request`` reads them once, at most :data:`HELD_REQUESTS` of them: the
-    model start then costs no reader-thread round trip and no SQL read. Bodies are
-    content-addressed, so the held bytes are exactly what the store holds under that
-    digest; ``frozen_request`` still checks the digest and decodes strictly.
-    """
+    """RunStore bound to a writer (RUN-CMT-1)."""
 
     def __init__(self, writer: W) -> None:
         self._writer = writer
-        self._held: dict[Digest, bytes] = {}
 
     @property
     def scope(self) -> Scope:
@@ -246,25 +232,11 @@ class SqlRunStore(Generic[W]):
         (``sqlite3`` / psycopg) when the transaction failed (unknown outcome: replay once).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        command = request.envelope.command
-        bodies = bodies_of(command)
+        bodies = bodies_of(request.envelope.command)
         store: SqlStoreBase[Any] = self._writer._store
-        result = await store._commit(self._writer._ws, request, bodies)
-        if (isinstance(command, C.PrepareModelRequest)
-                and result.status is CommitStatus.ACCEPTED):
-            held = self._held
-            for digest, data in bodies:
-                held[digest] = data
-            while len(held) > HELD_REQUESTS:
-                del held[next(iter(held))]
-        return result
+        return await store._commit(self._writer._ws, request, bodies)
 
     async def frozen_request(self, digest: Digest) -> ModelRequest:
-        """The frozen model request. Checkpoint. Raises FrozenValueMissingError,
-        DecodeError (the bytes do not hash to *digest* or do not decode)."""
-        data = self._held.pop(digest, None)
-        if data is None:
-            data = await self._writer._store.frozen.get(digest)
-        else:
-            await trio.lowlevel.checkpoint()
+        """The frozen model request. Checkpoint. Raises FrozenValueMissingError."""
+        data = await self._writer._store.frozen.get(digest)
         return model_request_from_json(decode_frozen("model_request", digest, data))
