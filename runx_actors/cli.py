@@ -218,6 +218,8 @@ def main() -> None:
                    "reference machine (exit 0 clean, 1 violation, 66 unreadable store).")
 @click.option("--scope", "log_scope", default=None, help="With --log: only this scope.")
 @click.option("--run", "log_run", default=None, help="With --log: only this Run.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Explore with N worker processes (bfs); the same result as 1.")
 def check(
     *,
     model_name: str,
@@ -236,6 +238,7 @@ def check(
     log_scope: str | None,
     log_run: str | None,
     exact: bool,
+    workers: int,
     **knobs: Any,
 ) -> int:
     """Model-check a model in a bounded configuration.
@@ -254,6 +257,8 @@ def check(
                                echo=click.echo)
     if log_scope is not None or log_run is not None:
         raise click.UsageError("--scope and --run go with --log")
+    if workers > 1 and strategy != Strategy.BFS.value:
+        raise click.UsageError("--workers above 1 needs --strategy bfs")
     try:
         profile_name, config = resolve_config(profile, config_file, knobs)
         model = check_models.load_model(model_name, config, variant)
@@ -276,6 +281,7 @@ def check(
             check_deadlock=check_deadlock,
             compact=not exact,
             progress=False if no_progress else None,
+            workers=workers,
         )
     except ModelCodeError as exc:
         _report_model_error(exc, header, as_json, describe)

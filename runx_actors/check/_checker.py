@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ._bfs import bfs
 from ._dfs import dfs
 from ._model import Model
+from ._parallel import parallel_bfs
 from ._progress import ProgressCallback, progress_sink
 from ._result import CheckResult, CheckStats, Strategy
-from ._search import SearchContext
+from ._search import Outcome, SearchContext
 
 __all__ = ["check_model"]
 
@@ -25,6 +28,7 @@ def check_model(
     check_deadlock: bool = False,
     compact: bool = False,
     progress: bool | ProgressCallback | None = None,
+    workers: int = 1,
 ) -> CheckResult:
     """Explore every state reachable in *model* and check each against its invariants.
 
@@ -48,13 +52,17 @@ def check_model(
         progress: ``None`` (a ``rich`` display on stderr when it is a terminal), ``True``
             (always), ``False`` (never), or a callback receiving a ``ProgressSnapshot`` at
             most four times per second.
+        workers: explore with this many forked worker processes (BFS only; >= 1). The
+            result (counts, verdict, counterexample) is the one ``workers=1`` gives; only
+            where a time limit cuts differs. Needs the ``fork`` start method (POSIX).
 
     Returns:
         A ``CheckResult``: ``.ok``, ``.violation`` (invariant, message, trace) and
         ``.stats`` (counts, duration, ``complete``, ``stop_reason``).
 
     Raises:
-        ValueError: a bound out of range or an unknown strategy.
+        ValueError: a bound out of range, an unknown strategy, ``workers > 1`` with DFS
+            or on a platform without ``fork``.
         ModelCodeError: the model's own code raised (``.where``, ``.state``, ``.trace``).
         TraceReplayError: a counterexample could not be rebuilt (``actions`` is not
             deterministic, or a hash collision in compact mode).
@@ -66,7 +74,15 @@ def check_model(
         raise ValueError(f"max_depth must be >= 0, got {max_depth}")
     if time_limit is not None and not time_limit > 0:
         raise ValueError(f"time_limit must be > 0, got {time_limit}")
-    search = bfs if strategy is Strategy.BFS else dfs
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    if workers > 1 and strategy is not Strategy.BFS:
+        raise ValueError("workers > 1 needs the BFS strategy")
+    search: Callable[[SearchContext], Outcome]
+    if workers > 1:
+        search = functools.partial(parallel_bfs, workers=workers)
+    else:
+        search = bfs if strategy is Strategy.BFS else dfs
     with progress_sink(progress, f"checking {model.name} ({strategy.value})") as report:
         ctx = SearchContext(
             model,

@@ -57,6 +57,7 @@ class SearchContext:
 
     __slots__ = (
         "check_deadlock",
+        "compact",
         "deadline",
         "fast",
         "final",
@@ -96,6 +97,7 @@ class SearchContext:
         else:
             keyfn = canonical
         self.keyfn = keyfn
+        self.compact = compact
         self.max_states = sys.maxsize if max_states is None else max_states
         self.max_depth = max_depth
         self.check_deadlock = check_deadlock

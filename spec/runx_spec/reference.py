@@ -38,7 +38,7 @@ import attrs
 from ._invariants import INVARIANT_IDS, INVARIANT_NOTES, INVARIANTS, Invariant, first_violation
 from ._moves import OWNERS, Ctx, canonical, initial_world, is_final, moves
 from ._semantics import REFERENCE
-from ._state import Commit, Fact, ModelStep, ToolStep, World, name
+from ._state import EFFECTS, NAMES, Commit, Fact, ModelStep, ToolStep, World, name
 
 __all__ = [
     "ReferenceConfig", "ReferenceModel", "VARIANTS", "EXPECTED", "INVARIANT_IDS",
@@ -170,6 +170,12 @@ class ReferenceModel:
         waiting for the outside world."""
         assert isinstance(state, World)
         return is_final(self.ctx, state)
+
+    def shared_tables(self) -> tuple[dict[Any, Any], ...]:
+        """The derivation caches the moves read (``EFFECTS``: an EffectID → what it
+        stands for; ``NAMES``: trace labels): a parallel search merges what each worker
+        process adds to them into the others."""
+        return (EFFECTS, NAMES)
 
 
 def _step(cur: Any) -> Any:

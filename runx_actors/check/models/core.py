@@ -197,6 +197,11 @@ class CoreModel(ModelBase):
         final: bool = spec.moves.is_final(self.ctx, state)
         return final
 
+    def shared_tables(self) -> tuple[dict[Any, Any], ...]:
+        """The reference's derivation caches the moves read (``EFFECTS``, ``NAMES``): a
+        parallel search merges what each worker process adds to them into the others."""
+        return (spec.state.EFFECTS, spec.state.NAMES)
+
 
 def _step(cur: Any) -> Any:
     if cur is None:
