@@ -1,18 +1,21 @@
 """Throughput of the model checker: distinct states per second.
 
-    python bench/check.py [--quick] [--time-limit SECONDS]
+    python bench/check.py [--quick] [--time-limit SECONDS] [--workers N]
 
 Runs ``check_model`` on synthetic models (tuple states; frozen attrs states with symmetry
 reduction) and on the registered models (``reference``, ``core``) that are importable,
 in the bare ``CheckConfig()``, the ``default`` profile and the bare one with three calls
 (64-bit fingerprints, as the CLI), and prints one table with wall and CPU time (on a
 loaded machine states per CPU-second is the figure to compare). Not a test: nothing here
-asserts a time.
+asserts a time. With ``--workers N`` the registered models' default profile also runs with
+N worker processes (``check_model(workers=N)``); its CPU column then adds the workers' CPU
+time (``RUSAGE_CHILDREN``) to the coordinator's.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
@@ -117,27 +120,30 @@ CONFIGS: tuple[tuple[str, CheckConfig], ...] = (
     ("bare, calls=3", CheckConfig(calls=3)),
 )
 
-Case = tuple[str, Callable[[], Model[Any]], Strategy, bool]
+Case = tuple[str, Callable[[], Model[Any]], Strategy, bool, int]
 
 
-def _cases(quick: bool) -> list[Case]:
-    """(title, build, strategy, compact). The registered models run as the CLI runs them:
-    BFS over 64-bit fingerprints."""
+def _cases(quick: bool, workers: int) -> list[Case]:
+    """(title, build, strategy, compact, workers). The registered models run as the CLI
+    runs them: BFS over 64-bit fingerprints."""
     grid, procs = (150, 10) if quick else (500, 14)
     cases: list[Case] = []
     for strategy in Strategy:
-        cases.append((f"grid n={grid}", lambda: Grid(grid), strategy, False))
+        cases.append((f"grid n={grid}", lambda: Grid(grid), strategy, False, 1))
         cases.append((f"mutex n={procs}", lambda: Mutex(procs, symmetric=False), strategy,
-                      False))
+                      False, 1))
     cases.append((f"mutex n={procs} symmetric", lambda: Mutex(procs, symmetric=True),
-                  Strategy.BFS, False))
+                  Strategy.BFS, False, 1))
     for name in model_names():
         for label, config in CONFIGS if not quick else CONFIGS[:2]:
 
             def build(name: str = name, config: CheckConfig = config) -> Model[Any]:
                 return load_model(name, config, None)
 
-            cases.append((f"{name} ({label})", build, Strategy.BFS, True))
+            cases.append((f"{name} ({label})", build, Strategy.BFS, True, 1))
+            if workers > 1 and config == PROFILES["default"]:
+                cases.append((f"{name} ({label}, {workers} workers)", build, Strategy.BFS,
+                              True, workers))
     return cases
 
 
@@ -159,6 +165,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller models, no larger configs")
     parser.add_argument("--time-limit", type=float, default=300.0, help="per case, seconds")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="also run the models' default profile with N worker processes")
     args = parser.parse_args()
     console = Console()
     if not console.is_terminal:
@@ -168,7 +176,7 @@ def main() -> None:
     for column in ("model", "strategy", "distinct states", "transitions", "max depth",
                    "time (s)", "CPU (s)", "states/s", "states/CPU-s", "complete"):
         table.add_column(column, justify="left" if column == "model" else "right")
-    for title, build, strategy, compact in _cases(args.quick):
+    for title, build, strategy, compact, workers in _cases(args.quick, args.workers):
         try:
             model = build()
         except CheckError as exc:
@@ -176,12 +184,15 @@ def main() -> None:
             notes.append(f"{title}: {exc.message}")
             continue
         started, cpu_started = time.perf_counter(), time.process_time()
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
         result: CheckResult = check_model(
             model, strategy=strategy, time_limit=args.time_limit, progress=False,
-            compact=compact,
+            compact=compact, workers=workers,
         )
         elapsed = time.perf_counter() - started
-        cpu = time.process_time() - cpu_started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (time.process_time() - cpu_started + after.ru_utime - children.ru_utime
+               + after.ru_stime - children.ru_stime)
         stats = result.stats
         table.add_row(
             title,

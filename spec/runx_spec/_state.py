@@ -37,15 +37,39 @@ OPEN = "open"  # the Open step (a string sentinel keeps states small)
 
 
 def replace(obj: Any, **changes: Any) -> Any:
-    """``attrs.evolve`` without its generality (it is the hot path of the exploration)."""
-    cls = obj.__class__
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(a.name for a in attrs.fields(cls))
-    return cls(*[changes[n] if n in changes else getattr(obj, n) for n in names])
+    """``attrs.evolve`` without its generality (it is the hot path of the exploration):
+    a per-class function, generated once, that passes the unchanged fields positionally.
+    Raises ``TypeError`` on a name that is not a field."""
+    make = _REPLACERS.get(obj.__class__)
+    if make is None:
+        make = _REPLACERS[obj.__class__] = _replacer(obj.__class__)
+    return make(obj, **changes)
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+class _Keep:
+    """The default of a generated replacer's parameters: "this field is unchanged"."""
+
+    __slots__ = ()
+
+
+_KEEP = _Keep()
+
+
+def _replacer(cls: type) -> Any:
+    """``(obj, **changes) -> cls(...)`` for the attrs class *cls* (every field an
+    ``__init__`` parameter, in order, as in the frozen state classes here)."""
+    names = [a.name for a in attrs.fields(cls)]
+    if any(not a.init or a.alias != a.name for a in attrs.fields(cls)):
+        raise TypeError(f"replace() needs plain init fields: {cls.__qualname__}")
+    params = ", ".join(f"{n}=_KEEP" for n in names)
+    values = ", ".join(f"obj.{n} if {n} is _KEEP else {n}" for n in names)
+    source = f"def replace_{cls.__name__}(obj, *, {params}):\n    return cls({values})\n"
+    namespace: dict[str, Any] = {"_KEEP": _KEEP, "cls": cls}
+    exec(compile(source, f"<replace {cls.__qualname__}>", "exec"), namespace)
+    return namespace[f"replace_{cls.__name__}"]
+
+
+_REPLACERS: dict[type, Any] = {}
 
 # --------------------------------------------------------------------------- identities
 
