@@ -6,7 +6,10 @@ level is cut into chunks that go, in order, through one FIFO task queue to the w
 processes; a worker expands every state of a chunk (``actions``, the keys, the invariants of
 successors it has not produced before, the deadlock question) and sends back, per state and
 in the model's order, one entry per successor: the key and, unless the worker already
-reported that key earlier, the pickled successor and its first violation.
+reported that key earlier, the successor's first violation and its place in the chunk's
+batch: one pickled list of the successors it reports (pickled together, the parts they
+share — a store most moves leave alone — are written and rebuilt once). The frontier
+refers to states by (batch, place).
 
 The coordinator consumes the chunks' results **in chunk order** and replays the single
 search's bookkeeping over them: the same keys enter ``seen`` in the same order with the same
@@ -108,15 +111,17 @@ def _serve(model: Model[Any], compact: bool, check_deadlock: bool,
         task = tasks.get()
         if task is None:
             return
-        chunk_id, truncate, blobs, keys, task_level, merged = task
+        chunk_id, truncate, batches, refs, keys, task_level, merged = task
         if task_level != level:
             level = task_level
             for table, items in zip(tables, loads(merged), strict=True):
                 table.update(items)
             sent = [len(table) for table in tables]
         out: list[tuple[list[tuple[Hashable, Any]], Any, bool]] = []
-        for blob, skey in zip(blobs, keys, strict=True):
-            state = loads(blob)
+        fresh: list[Any] = []  # the successors sent back, pickled together (shared parts once)
+        unpacked = {batch: loads(blob) for batch, blob in batches.items()}
+        for (batch, index), skey in zip(refs, keys, strict=True):
+            state = unpacked[batch][index]
             reported.add(skey)  # in seen: self-loops need no payload
             entries: list[tuple[Hashable, Any]] = []
             tail: Any = None
@@ -154,7 +159,8 @@ def _serve(model: Model[Any], compact: bool, check_deadlock: bool,
                                     found = (invariant.name, message)
                                     break
                         reported.add(key)
-                        entries.append((key, (dumps(nxt, _PROTOCOL), label, found)))
+                        entries.append((key, (len(fresh), label, found)))
+                        fresh.append(nxt)
                         where = "actions"
                 deadlock = False
                 if check_deadlock and not moved:
@@ -166,7 +172,7 @@ def _serve(model: Model[Any], compact: bool, check_deadlock: bool,
                 out.append((entries, ("error", where, _portable(exc), step, blob_next), False))
                 break
             out.append((entries, tail, deadlock))
-        results.put((chunk_id, out, _added(tables, sent)))
+        results.put((chunk_id, out, dumps(fresh, _PROTOCOL), _added(tables, sent)))
 
 
 def parallel_bfs(ctx: SearchContext, workers: int) -> Outcome:
@@ -197,7 +203,9 @@ def parallel_bfs(ctx: SearchContext, workers: int) -> Outcome:
         initial_states = list(model.initial_states())
     except Exception as exc:
         raise ctx.fault("initial_states", None, None, exc) from exc
-    frontier: list[tuple[bytes, Hashable]] = []
+    # the frontier: (batch, index in it, key); a batch is one pickled list of states
+    frontier: list[tuple[int, int, Hashable]] = []
+    roots: list[Any] = []
     for state in initial_states:
         try:
             key = ctx.key(state)
@@ -212,7 +220,10 @@ def parallel_bfs(ctx: SearchContext, workers: int) -> Outcome:
         found0 = ctx.first_violation(state, Trace(state))
         if found0 is not None:
             return outcome(0, StopReason.VIOLATION, ctx.violation(*found0, Trace(state)))
-        frontier.append((pickle.dumps(state, _PROTOCOL), key))
+        frontier.append((0, len(roots), key))
+        roots.append(state)
+    batches: dict[int, bytes] = {0: pickle.dumps(roots, _PROTOCOL)}
+    next_batch = 1
 
     tasks = mp.Queue()
     results = mp.Queue()
@@ -229,7 +240,7 @@ def parallel_bfs(ctx: SearchContext, workers: int) -> Outcome:
     def receive(pending: dict[int, Any], want: int) -> Any:
         while want not in pending:
             try:
-                chunk_id, out, delta = results.get(timeout=_POLL_S)
+                chunk_id, out, fresh, delta = results.get(timeout=_POLL_S)
             except queue.Empty:
                 for proc in procs:
                     if not proc.is_alive():
@@ -237,7 +248,7 @@ def parallel_bfs(ctx: SearchContext, workers: int) -> Outcome:
                             f"a worker process died (exit code {proc.exitcode})",
                             exitcode=proc.exitcode) from None
                 continue
-            pending[chunk_id] = out
+            pending[chunk_id] = (out, fresh)
             for table, items, acc in zip(tables, delta, added, strict=True):
                 table.update(items)
                 acc.update(items)
@@ -250,16 +261,20 @@ def parallel_bfs(ctx: SearchContext, workers: int) -> Outcome:
             size = max(8, min(_MAX_CHUNK, -(-len(frontier) // (workers * 4))))
             chunks = [frontier[i:i + size] for i in range(0, len(frontier), size)]
             for index, chunk in enumerate(chunks):
-                tasks.put((index, truncate, [b for b, _ in chunk], [k for _, k in chunk], depth,
-                           merged))
-            next_frontier: list[tuple[bytes, Hashable]] = []
+                used = {batch: batches[batch] for batch, _, _ in chunk}
+                tasks.put((index, truncate, used, [(b, i) for b, i, _ in chunk],
+                           [k for _, _, k in chunk], depth, merged))
+            next_frontier: list[tuple[int, int, Hashable]] = []
+            next_batches: dict[int, bytes] = {}
             pending: dict[int, Any] = {}
             truncated = False
             for index, chunk in enumerate(chunks):
-                out = receive(pending, index)
+                out, fresh = receive(pending, index)
+                batch_id = next_batch
+                next_batch += 1
                 if ctx.tick(count, transitions, depth, len(frontier)):
                     return outcome(depth + bool(next_frontier), StopReason.TIME_LIMIT)
-                for (blob, skey), (entries, tail, deadlock) in zip(chunk, out):
+                for (batch, place, skey), (entries, tail, deadlock) in zip(chunk, out):
                     for key, payload in entries:
                         transitions += 1
                         if key in seen:
@@ -272,17 +287,19 @@ def parallel_bfs(ctx: SearchContext, workers: int) -> Outcome:
                             return outcome(depth + bool(next_frontier), StopReason.MAX_STATES)
                         seen[key] = skey
                         count += 1
-                        nxt_blob, label, found = payload
+                        slot, label, found = payload
                         if found is not None:
-                            trace = _rebuild(ctx, seen, skey, label, pickle.loads(nxt_blob))
+                            state = pickle.loads(fresh)[slot]
+                            trace = _rebuild(ctx, seen, skey, label, state)
                             return outcome(depth + 1, StopReason.VIOLATION,
                                            ctx.violation(by_name[found[0]], found[1], trace))
-                        next_frontier.append((nxt_blob, key))
+                        next_frontier.append((batch_id, slot, key))
+                        next_batches[batch_id] = fresh
                     if tail is not None and tail[0] == "error":
                         _, where, cause, label, nxt_blob = tail
                         at: Trace | None
                         if label is None:
-                            state = pickle.loads(blob)
+                            state = pickle.loads(batches[batch])[place]
                             at = _trace_or_none(ctx, seen, skey, None, None)
                         else:
                             state = pickle.loads(nxt_blob)
@@ -307,7 +324,7 @@ def parallel_bfs(ctx: SearchContext, workers: int) -> Outcome:
                 if truncated:
                     return outcome(depth, StopReason.MAX_DEPTH)
                 return outcome(depth, None)
-            frontier = next_frontier
+            frontier, batches = next_frontier, next_batches
             depth += 1
             merged = pickle.dumps([list(acc.items()) for acc in added], _PROTOCOL)
         return outcome(depth, None)  # no initial state
