@@ -135,4 +135,5 @@ def test_cli_workers_flag() -> None:
                  "transitions" in line]
     assert stats_one == stats_two and stats_one
     refused = runner.invoke(cli.main, [*args, "--workers", "2", "--strategy", "dfs"])
-    assert refused.exit_code == 64 or refused.exit_code == 2, refused.output
+    assert refused.exit_code == 64, refused.output
+    assert "--workers above 1 needs --strategy bfs" in refused.output
