@@ -177,6 +177,7 @@ class RunActor:
             started_tool_calls=self._started_tool_calls,
             run_facts=self._run_facts,
             cancel_requested=request.cancel_requested,
+            gate=rt.gate,
             progress_sink=rt.progress_sink_for(self.run_id, request.sink),
             acknowledges=rt.acknowledges,
         )

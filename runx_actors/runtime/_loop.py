@@ -79,6 +79,7 @@ from ..protocol.values import (
     Usage,
 )
 from ._events import Durability, Event, EventKind, EventSink, safe_emit
+from ._gate import DispatchGate, StoppedBeforeDispatch
 from ._results import EXECUTION_RECOVERY, LoopDisposition, LoopResult
 from ._settings import Settings, TargetRequest
 
@@ -158,6 +159,7 @@ class LoopContext:
     started_tool_calls: Any = None  # async () -> int, for the tool budget
     run_facts: Any = None  # async () -> the Run's facts, for the RUN-ACT-7 bounds
     cancel_requested: Any = None  # () -> bool
+    gate: DispatchGate | None = None  # the runtime's business-stop gate (RUN-ACT-4)
     in_batch: list[Any] = attrs.Factory(list)
     progress_sink: EventSink | None = None  # provisional events; None: nobody listens
     acknowledges: bool | None = None  # the executor is an Acknowledger (None: detect)
@@ -288,17 +290,26 @@ class LoopContext:
         refusals = 0
         while True:
             try:
-                await self.executor.dispatch(assignment)
+                await self._send(assignment)
                 return
             except DispatchRetryableError:
                 refusals += 1
                 if refusals >= policy.offers:
                     raise
                 await trio.sleep(policy.pause(refusals))
-            except (DispatchRejectedError, DispatchUnknownError):
+            except (DispatchRejectedError, DispatchUnknownError, StoppedBeforeDispatch):
                 raise
             except Exception as exc:  # D-5: cannot prove nothing started
                 raise DispatchUnknownError(f"dispatch raised {exc!r}", dispatched=()) from exc
+
+    async def _send(self, assignment: Any) -> None:
+        """``executor.dispatch`` through the gate: nothing is sent once the Run's business
+        stop began (raises StoppedBeforeDispatch; RUN-ACT-4)."""
+        if self.gate is None:
+            await self.executor.dispatch(assignment)
+            return
+        with self.gate.dispatching(self.run_id):
+            await self.executor.dispatch(assignment)
 
     async def _validate(self, assignment: Any) -> Any:
         """``executor.validate`` that never raises (RUN-ACT-1): an exception of the
@@ -349,6 +360,8 @@ class LoopContext:
                 assignment.body, request=request))
             try:
                 await self._dispatch(assignment)
+            except StoppedBeforeDispatch:
+                return RELOAD  # not sent: CancelRun closes the effect (RUN-ACT-4)
             except DispatchUnknownError:
                 raise  # leave EXECUTING; recovery decides later
             except DispatchError:
@@ -441,6 +454,8 @@ class LoopContext:
                 return result.snapshot, None
             try:
                 await self._dispatch(assignment)
+            except StoppedBeforeDispatch:
+                return None  # not sent: stop the batch; CancelRun closes it (RUN-ACT-4)
             except DispatchUnknownError as exc:
                 raise DispatchUnknownError(str(exc), dispatched=tuple(keys)) from exc
             except DispatchError as exc:
@@ -695,7 +710,11 @@ class LoopContext:
             assignment = self._tool_assignment(cur, call, call.effect, target)
         else:
             raise EffectNotExecutingError("the key's target is not executing", key=key)
-        await self.executor.dispatch(assignment)
+        try:
+            await self._send(assignment)
+        except StoppedBeforeDispatch:
+            raise EffectNotExecutingError("the Run is being cancelled: not redispatched",
+                                          key=key) from None
 
 
 def _executing_call(step: ToolStep, eff: str) -> ToolCallState | None:

@@ -26,6 +26,7 @@ from ..protocol.errors import (
 )
 from ._actor import POKE, ActorStatistics, Request, RunActor
 from ._events import EventHub, EventSink, tee
+from ._gate import DispatchGate
 from ._results import LoopResult
 from ._settings import Settings
 
@@ -81,6 +82,8 @@ class ActorRuntime:
         self._watcher = watcher if watcher is not None else self.settings.watcher
         self.watcher: Any = None
         self._actors: dict[str, RunActor] = {}
+        #: Business stops in progress or done: no dispatch of such a Run leaves (RUN-ACT-4).
+        self.gate = DispatchGate()
         self._nursery: trio.Nursery | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._closed = False
@@ -162,7 +165,12 @@ class ActorRuntime:
         closed, and those this runtime's actor is waiting for) and tells a drive in
         progress: it stops waiting for their Outcomes after at most
         ``settings.drain_timeout`` seconds and returns FINISHED. After CancelRun is
-        durable no attempt of the Run starts (every start barrier is refused).
+        durable no attempt of the Run starts: every later start barrier is refused, and
+        the Run's dispatch gate (``runtime/_gate.py``) is closed *before* the commit, so
+        a start committed earlier whose dispatch is still on its way (or a redispatch
+        that loaded the Run earlier) is never sent, while a dispatch already sent has
+        returned — its key known to the executor — before CancelRun is committed and the
+        key cancelled (waiting at most ``drain_timeout``).
 
         Checkpoint: always. Cancellation: before the commit nothing is written; once
         committed, the executor cancels run shielded (at most ``settle_timeout``).
@@ -170,7 +178,15 @@ class ActorRuntime:
         OwnershipLostError, and the store's errors.
         """
         request = CommitRequest(0, envelope(run_id, command_id, C.CancelRun("cancelled")))
-        result: CommitResult = await self.run_store.commit(request)
+        # Close the Run's dispatch gate first: a start committed before CancelRun but not
+        # yet sent is never sent, and a dispatch already sent has returned (so the
+        # executor knows its key) before CancelRun is durable.
+        await self.gate.close(run_id, self.settings.drain_timeout)
+        try:
+            result: CommitResult = await self.run_store.commit(request)
+        except BaseException:
+            self.gate.reopen(run_id)
+            raise
         keys = {effect.AssignmentKey(self.scope, run_id, f.effect) for f in result.facts
                 if isinstance(f, F.ToolCallFailed | F.ModelStepFailed) and f.effect}
         actor = self._actors.get(run_id)

@@ -27,6 +27,7 @@ from runtime_harness import (
 from runx_actors import effect
 from runx_actors.executors import call_tools, open_local_executor, reply, tool_call
 from runx_actors.protocol import facts as F
+from runx_actors.protocol.errors import DispatchUnknownError, EffectNotExecutingError
 from runx_actors.protocol.values import (
     ModelRequest,
     ModelResult,
@@ -267,6 +268,68 @@ async def test_run_act_4_cancel_reaches_running_tool(store, autojump_clock,
             if forward:
                 assert probe.running == 0  # the tool body was cancelled
             assert app.runtime.live_actors() == frozenset()
+
+
+class _HeldReads:
+    """Wraps a run store so ``frozen_request`` waits at a gate: the window between a
+    committed start and the dispatch it decided (the await the sim found, R1/R2)."""
+
+    def __init__(self, store: Any) -> None:
+        self.read = store.frozen_request  # the store's own (bound before it is replaced)
+        self.reached = trio.Event()
+        self.release = trio.Event()
+
+    async def frozen_request(self, digest: Any) -> Any:
+        self.reached.set()
+        await self.release.wait()
+        return await self.read(digest)
+
+
+@pytest.mark.parametrize("path", ["start", "redispatch"])
+async def test_run_act_4_dispatch_decided_before_cancel_is_never_sent(
+        store, autojump_clock, path: str) -> None:
+    """A start committed before CancelRun (or a redispatch loaded before it) whose
+    dispatch is still on its way when ``Runtime.cancel`` runs is never sent: after
+    CancelRun is durable no attempt of the Run starts (RUN-ACT-4; the simulator's
+    residuals R1 and R2)."""
+    model = RoutingModel()
+    async with open_local_executor(tools=[], models={MODEL: model}) as local:
+        executor = _CancelRecorder(local)
+        async with open_runtime(store, executor, scope=SCOPE, model=MODEL, tools=[]) as app:
+            await app.create_run(RUN, ["hello"])
+            if path == "redispatch":
+                # the first dispatch is lost (DispatchUnknownError: the effect stays
+                # EXECUTING); the redispatch owed for it loads, then reads the request
+                lost: list[Any] = []
+
+                async def lose_first(assignment: Any) -> None:
+                    if not lost:
+                        lost.append(assignment)
+                        raise DispatchUnknownError("lost in transit", dispatched=())
+
+                executor.on_dispatch = lose_first
+                with pytest.raises(DispatchUnknownError):
+                    await app.drive(RUN)
+                key = lost[0].key
+            held = _HeldReads(app.runtime.run_store)
+            app.runtime.run_store.frozen_request = held.frozen_request  # type: ignore[method-assign]
+            async with trio.open_nursery() as nursery:
+                if path == "start":
+                    drive = start(nursery, app.drive, RUN)
+                else:
+                    drive = start(nursery, app.runtime.run(RUN).redispatch, key)
+                with trio.fail_after(60):
+                    await held.reached.wait()
+                    await app.cancel(RUN)  # CancelRun durable while the dispatch waits
+                    held.release.set()
+                    await drive.wait()
+            if path == "start":
+                assert drive.error is None, drive.error  # the drive ends: the Run is over
+            else:  # the redispatch is refused: the effect is no longer to be offered
+                assert isinstance(drive.error, EffectNotExecutingError), drive.error
+            assert executor.dispatched == []  # (the lost first dispatch is not recorded)
+            assert model.calls == 0, "an attempt started after CancelRun was durable"
+            assert (await app.record(RUN)).state.status is RunStatus.STOPPED
 
 
 # -- RUN-ACT-6: transient is not final ---------------------------------------------------------
