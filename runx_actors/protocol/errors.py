@@ -16,6 +16,7 @@ from typing import Any
 
 __all__ = [
     "RunxError",
+    "SettleTimeoutError",
     "CommandRefusedError",
     "StaleRuntimeError",
     "CommandConflictError",
@@ -248,6 +249,13 @@ class RuntimeClosedError(LoopError):
     """The ActorRuntime is closed or closing, or the Run's actor stopped, before the request
     was answered (RUN-ACT-3). Nothing more is done for the request; what it committed
     before stays committed."""
+
+
+class SettleTimeoutError(LoopError):
+    """A shielded section of the loop — a start barrier or a settlement — did not finish
+    within ``Settings.settle_timeout`` seconds (RUN-ACT-3, RUN-LOP-5). What it committed
+    before stays committed; the Run is reloaded from the log on its next drive. The
+    instance the runtime raises is also a ``trio.TooSlowError``."""
 
 
 class ToolOfferError(LoopError):

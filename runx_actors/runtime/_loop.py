@@ -33,6 +33,7 @@ from ..protocol.errors import (
     PrepareStalledError,
     RunNotFoundError,
     RunTerminalError,
+    SettleTimeoutError,
     StaleRuntimeError,
     ValidationError,
 )
@@ -118,18 +119,25 @@ def result_json(state: MachineState) -> str | None:
     return canonical_json_text(encode_value(state.result))
 
 
+class SettleTooSlow(SettleTimeoutError, trio.TooSlowError):
+    """What a shielded section whose deadline fired raises: the library's typed
+    :class:`SettleTimeoutError`, and a ``trio.TooSlowError`` for code that catches trio's."""
+
+
 class _Settling:
     """``with CancelScope(shield=True), fail_after(timeout):`` as ONE cancel scope.
 
     Shielded from outside cancellation, cancelled by its own deadline (computed on
-    entry, like ``fail_after``); a deadline that fired raises ``trio.TooSlowError``.
+    entry, like ``fail_after``); a deadline that fired raises :class:`SettleTooSlow`
+    (a ``SettleTimeoutError`` and a ``trio.TooSlowError``).
     One scope instead of two plus a generator context manager: this wraps every start
     barrier and every settlement, so it is on the hot path.
     """
 
-    __slots__ = ("_scope",)
+    __slots__ = ("_scope", "_timeout")
 
     def __init__(self, timeout: float) -> None:
+        self._timeout = timeout
         self._scope = trio.CancelScope(shield=True, relative_deadline=timeout)
 
     def __enter__(self) -> trio.CancelScope:
@@ -138,7 +146,8 @@ class _Settling:
     def __exit__(self, etype: Any, exc: Any, tb: Any) -> bool:
         handled = self._scope.__exit__(etype, exc, tb)
         if self._scope.cancelled_caught:
-            raise trio.TooSlowError from None
+            raise SettleTooSlow("a start barrier or settlement exceeded settle_timeout "
+                                f"({self._timeout:g} s)") from None
         return handled
 
 

@@ -963,8 +963,11 @@ async def test_drain_timeout_releases_caller_while_actor_drains(store, autojump_
 
 
 async def test_settle_timeout_leaves_effect_executing(store, autojump_clock) -> None:
-    """§5.4 D-2: a hung settlement commit ends the drive with TooSlowError after
-    ``settle_timeout``; the step stays EXECUTING for recovery to decide."""
+    """§5.4 D-2: a hung settlement commit ends the drive with the typed
+    SettleTimeoutError (also a trio.TooSlowError; RUN-ACT-3) after ``settle_timeout``; the
+    step stays EXECUTING for recovery to decide."""
+    from runx_actors.protocol.errors import SettleTimeoutError
+
     model = GatedModel([reply("done")])
 
     def wrap(writer):  # type: ignore[no-untyped-def]
@@ -980,8 +983,10 @@ async def test_settle_timeout_leaves_effect_executing(store, autojump_clock) -> 
             env.faults.before = hang
             await env.create()
             t0 = trio.current_time()
-            with pytest.raises(trio.TooSlowError):
+            with pytest.raises(SettleTimeoutError) as caught:
                 await env.drive()
+            assert isinstance(caught.value, trio.TooSlowError)
+            assert "settle_timeout (3 s)" in str(caught.value)
             assert 3.0 <= trio.current_time() - t0 < 4.0
             state = await env.state()
             assert isinstance(state.current, ModelStep)
