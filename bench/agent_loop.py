@@ -101,11 +101,13 @@ async def _store(kind: str, path: str) -> Any:
             yield store
 
 
-async def loop_rate(kind: str, runs: int, iterations: int, workdir: str) -> dict[str, Any]:
-    """Drive *runs* Runs concurrently, *iterations* each; return the measured figures."""
+async def loop_rate(kind: str, runs: int, iterations: int, workdir: str, *,
+                    concurrent: bool = True, tag: str = "") -> dict[str, Any]:
+    """Drive *runs* Runs, *iterations* each, all at once (or one after the other with
+    ``concurrent=False``); return the measured figures. *tag* names the store file."""
     tool = python_tool(_noop, ref="noop")
     model = CountingModel(iterations)
-    path = os.path.join(workdir, f"loop-{kind}-{runs}.sqlite3")
+    path = os.path.join(workdir, f"loop-{kind}-{runs}{tag}.sqlite3")
     async with _store(kind, path) as store, \
             open_local_executor(tools=[tool], models={"bench": model}) as ex, \
             open_runtime(store, ex, scope=f"bench-{runs}", builder=BodyBuilder(tool),
@@ -122,9 +124,13 @@ async def loop_rate(kind: str, runs: int, iterations: int, workdir: str) -> dict
 
         start = time.perf_counter()
         cpu_start = time.process_time()
-        async with trio.open_nursery() as nursery:
+        if concurrent:
+            async with trio.open_nursery() as nursery:
+                for i in range(runs):
+                    nursery.start_soon(one, f"run-{i}")
+        else:
             for i in range(runs):
-                nursery.start_soon(one, f"run-{i}")
+                await one(f"run-{i}")
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu_start
     total = runs * iterations

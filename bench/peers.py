@@ -46,46 +46,19 @@ import trio
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from agent_loop import BodyBuilder, CountingModel, _noop, _store
-
-from runx_actors.executors import open_local_executor, python_tool
-from runx_actors.runtime import LoopDisposition, Settings, open_runtime
+from agent_loop import loop_rate
 
 # --------------------------------------------------------------------------- ours
 
 
 async def ours(kind: str, runs: int, concurrent: bool, loop: int, workdir: str,
                tag: str) -> dict[str, Any]:
-    """*runs* Runs of *loop* iterations each, one at a time or all at once."""
-    tool = python_tool(_noop, ref="noop")
-    model = CountingModel(loop)
-    path = os.path.join(workdir, f"ours-{kind}-{tag}.sqlite3")
-    finished = 0
-    async with _store(kind, path) as store, \
-            open_local_executor(tools=[tool], models={"bench": model}) as ex, \
-            open_runtime(store, ex, scope=f"peers-{tag}", builder=BodyBuilder(tool),
-                         settings=Settings()) as rt:
-        for i in range(runs):
-            await rt.create_run(f"run-{i}", ["go"])
-
-        async def one(run_id: str) -> None:
-            nonlocal finished
-            result = await rt.drive(run_id)
-            if result.disposition is LoopDisposition.FINISHED:
-                finished += 1
-
-        start = time.perf_counter()
-        if concurrent:
-            async with trio.open_nursery() as nursery:
-                for i in range(runs):
-                    nursery.start_soon(one, f"run-{i}")
-        else:
-            for i in range(runs):
-                await one(f"run-{i}")
-        elapsed = time.perf_counter() - start
-    settings = "memory" if kind == "memory" else _sqlite_settings(path)
-    return {"iterations": runs * loop, "seconds": elapsed, "finished": finished,
-            "durability": settings}
+    """*runs* Runs of *loop* iterations each, one at a time or all at once
+    (``agent_loop.loop_rate``), with the store's durability settings."""
+    result = await loop_rate(kind, runs, loop, workdir, concurrent=concurrent, tag=f"-{tag}")
+    path = os.path.join(workdir, f"loop-{kind}-{runs}-{tag}.sqlite3")
+    result["durability"] = "memory" if kind == "memory" else _sqlite_settings(path)
+    return result
 
 
 def _sqlite_settings(path: str) -> str:
