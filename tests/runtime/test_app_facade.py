@@ -219,17 +219,39 @@ async def test_cancel_facts_are_streamed_and_a_late_subscriber_gets_history(
 
 
 async def test_per_run_events_interleave_provisional_progress(store: Any) -> None:
-    from runx_actors.executors import ScriptedModel
+    """Provisional progress reaches a per-Run iterator between the Run's commits. Progress
+    may be dropped under back-pressure, so the model streams its delta only once every
+    other task is idle (the relay and the iterator are listening) and finishes only after
+    the iterator has shown the delta: delivery is then deterministic on every store."""
+    from runx_actors.effect import ProgressKind
+    from runx_actors.executors import reply as answer
     from runx_actors.runtime import Durability
 
-    model = ScriptedModel([reply("streamed")])
+    seen = trio.Event()
+
+    class _Streams:
+        async def complete(self, request: Any) -> Any:
+            raise AssertionError("the executor streams when the model can")
+
+        async def stream(self, request: Any, emit: Any) -> Any:
+            await trio.testing.wait_all_tasks_blocked()
+            emit(ProgressKind.MODEL_TEXT_DELTA, {"text": "streamed"})
+            await seen.wait()
+            return answer("streamed")
+
+    async def collect() -> None:
+        async for event in rt.events("p1"):
+            events.append(event)
+            if event.kind is EventKind.MODEL_TEXT_DELTA:
+                seen.set()
+
     events: list[Event] = []
     with trio.fail_after(HANG):
-        async with open_local_executor(models={"m": model}) as ex, \
+        async with open_local_executor(models={"m": _Streams()}) as ex, \
                 open_runtime(store, ex, scope="s", model="m") as rt:
             await rt.create_run("p1", ["hi"])
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_collect, rt, "p1", events)
+                nursery.start_soon(collect)
                 await trio.testing.wait_all_tasks_blocked()
                 await rt.drive("p1")
     deltas = [e for e in events if e.kind is EventKind.MODEL_TEXT_DELTA]
