@@ -34,6 +34,7 @@ from ..protocol.errors import (
     CommandConflictError,
     DispatchRejectedError,
     ExecutionNotFoundError,
+    FrozenValueMissingError,
     OutcomeUnavailableError,
     OwnershipLostError,
     RunExistsError,
@@ -45,6 +46,7 @@ from ..protocol.plan import recovery_command, recovery_targets, waiting_calls
 from ..protocol.state import MachineState
 from ..protocol.values import (
     AgentInput,
+    Digest,
     ModelResult,
     NewRun,
     ResponseKind,
@@ -212,6 +214,28 @@ def derive_requests(calls: Sequence[tuple[str, ResponseRequest]]) -> list[Reques
     return out
 
 
+def input_envelope(inputs: Mapping[str, Any]) -> tuple[Digest, bytes]:
+    """The frozen ``agent_input`` envelope of a governed Run's canonical *inputs* and its
+    digest: the Run's single accepted input (§3.5 step 1)."""
+    body = {"text": canonical(inputs).decode("utf-8")}
+    return content_digest("agent_input", body), typed_envelope("agent_input", body)
+
+
+async def check_input_body(frozen: Any, inputs: Mapping[str, Any]) -> None:
+    """Read the frozen body a Run of *inputs* would freeze, if the store holds one, so a
+    damaged body is refused before anything is written — before the scope is opened
+    (which bumps its epoch) and before the Run is created (RUN-STO-4). Checkpoint.
+
+    Raises: CorruptRecordError (the stored body is not a BLOB or does not hash to its
+    digest).
+    """
+    digest, _ = input_envelope(inputs)
+    try:
+        await frozen.get(digest)
+    except FrozenValueMissingError:
+        pass  # nothing stored yet: the Run's put will store it
+
+
 class GovernedSession:
     """One open runtime over one package runner (see module docstring). Obtain it from
     :func:`open_session`."""
@@ -288,10 +312,8 @@ class GovernedSession:
         ValidationError.
         """
         run_id = str(opened["run_id"])
-        text = canonical(opened["inputs"]).decode("utf-8")
-        body = {"text": text}
-        digest = content_digest("agent_input", body)
-        await self.rt.store.frozen.put(digest, typed_envelope("agent_input", body))
+        digest, data = input_envelope(opened["inputs"])
+        await self.rt.store.frozen.put(digest, data)
         events = [governed_event(run_id, RUN_OPENED, opened), *extra_events]
         create = self.writer.create_run
         args = (NewRun(run_id), [AgentInput(f"{run_id}/input-0", digest)])

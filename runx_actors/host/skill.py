@@ -14,7 +14,14 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._governed import GovernedSession, HostConfig, Phase, RequestInfo, open_session
+from ._governed import (
+    GovernedSession,
+    HostConfig,
+    Phase,
+    RequestInfo,
+    check_input_body,
+    open_session,
+)
 from ._hashing import digest_json
 from ._records import run_open_commit
 from ._sealing import SealedRun
@@ -147,10 +154,14 @@ async def run_skill(store: Any, package: Package, *, inputs: Mapping[str, Any],
         LoopConfigMismatch: *run_id* exists with other inputs or runner.
         ContextSkillChanged: a parked request's context changed (it is withheld).
         OwnershipLostError: another writer took over the scope.
+        CorruptRecordError: the store holds a damaged body this Run needs (nothing is
+            written: checked before the scope is opened).
     """
     name = runner or package.default_runner
     canonical = apply_input_contract(package.runner(name), inputs)
     rid = run_id or new_run_id(name, env)
+    # validated before the scope opens (an epoch bump is a write): RUN-STO-4
+    await check_input_body(store.frozen, canonical)
     async with open_session(store, scope, package, name, config) as session:
         opened = session.run_opened_body(
             run_id=rid, inputs=canonical, intent_key=derive_run_key(rid, name, canonical),

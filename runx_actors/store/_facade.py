@@ -21,11 +21,12 @@ import trio
 from ..protocol.canonical import decode_frozen
 from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot
 from ..protocol.digests import model_request_from_json
+from ..protocol.errors import FrozenValueMissingError
 from ..protocol.facts import Fact
 from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
 from ._freeze import bodies_of
 from ._group import WriterStateBase
-from ._scope import check_divergence
+from ._scope import check_divergence, check_frozen
 from .base import ForeignEvent, StreamRecord
 
 __all__ = [
@@ -104,8 +105,32 @@ class SqlFrozenStore(Generic[S]):
         self._store = store
 
     async def get(self, digest: Digest) -> bytes:
-        """The stored bytes. Checkpoint. Raises FrozenValueMissingError if absent."""
+        """The stored bytes. Checkpoint. Raises FrozenValueMissingError if absent,
+        CorruptRecordError if the stored value is not a BLOB hashing to *digest*."""
         return await self._store._call(self._store._log.frozen_get, digest)
+
+    async def put(self, digest: Digest, data: bytes) -> None:
+        """Store *data* under *digest* durably; idempotent. Checkpoint.
+
+        A body already stored intact is not written again; a damaged one under the same
+        digest is refused, never kept silently behind ``ON CONFLICT DO NOTHING``
+        (RUN-STO-2, RUN-STO-4).
+
+        Raises:
+            ValidationError: ``sha256(data)`` is not *digest* (nothing written).
+            CorruptRecordError: the stored body under *digest* is damaged (nothing written).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        check_frozen(digest, data)
+        try:
+            await self.get(digest)
+            return
+        except FrozenValueMissingError:
+            pass
+        await self._write(digest, bytes(data))
+
+    async def _write(self, digest: Digest, data: bytes) -> None:
+        raise NotImplementedError  # the backend's insert
 
 
 class SqlReader(Generic[S]):

@@ -66,7 +66,6 @@ from ._pg_writer import (
     open_scope,
     run_group,
 )
-from ._scope import check_frozen
 from .base import ForeignEvent
 
 __all__ = [
@@ -91,15 +90,8 @@ class PostgresStatistics(GroupStatistics):
 class PostgresFrozenStore(SqlFrozenStore["PostgresStore"]):
     """FrozenStore in the ``frozen`` table, shared by every scope (RUN-WIR-4)."""
 
-    async def put(self, digest: Digest, data: bytes) -> None:
-        """Store *data* under *digest* durably; idempotent. Checkpoint.
-
-        Raises:
-            ValidationError: ``sha256(data)`` is not *digest* (nothing written).
-        """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        check_frozen(digest, data)
-        await self._store._call(log.frozen_put, digest, bytes(data))
+    async def _write(self, digest: Digest, data: bytes) -> None:
+        await self._store._call(log.frozen_put, digest, data)
 
 
 class PostgresStore(SqlStoreBase[PgWriterState]):

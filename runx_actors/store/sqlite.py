@@ -40,7 +40,6 @@ from ..protocol.errors import ValidationError
 from ..protocol.values import AgentInput, Digest, NewRun, Scope
 from . import _sqlite_log as log
 from ._facade import SqlFrozenStore, SqlReader, SqlRunStore, SqlStoreBase, SqlWriter
-from ._scope import check_frozen
 from ._sqlite_schema import (
     DEFAULT_BUSY_TIMEOUT,
     SQLITE_ERRORS,
@@ -136,15 +135,8 @@ class _ReaderPool:
 class SqliteFrozenStore(SqlFrozenStore["SqliteStore"]):
     """FrozenStore in the ``frozen`` table (RUN-WIR-4)."""
 
-    async def put(self, digest: Digest, data: bytes) -> None:
-        """Store *data* under *digest* durably; idempotent. Checkpoint.
-
-        Raises:
-            ValidationError: ``sha256(data)`` is not *digest* (nothing queued).
-        """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        check_frozen(digest, data)
-        await self._store._submit(PutJob(digest, bytes(data)))
+    async def _write(self, digest: Digest, data: bytes) -> None:
+        await self._store._submit(PutJob(digest, data))
 
 
 class SqliteStore(SqlStoreBase[WriterState]):

@@ -447,3 +447,28 @@ def test_chain_cache_keeps_only_accepted_jobs() -> None:
     cache.pending["run/a"] = (5, b"h5")
     cache.keep()
     assert cache.get("run/a", 5) == b"h5" and cache.accepted == {"run/a": (5, b"h5")}
+
+
+def frozen_rehashed(path: Path, run_id: str) -> None:
+    # every body replaced by bytes that do not hash to its digest
+    sql(path, "UPDATE frozen SET data = X'7b7d'")
+
+
+@pytest.mark.parametrize("damage", [frozen_text, frozen_rehashed], ids=["text", "rehashed"])
+def test_skill_refuses_a_damaged_body_it_needs_and_writes_nothing(
+        copy: tuple[Path, str], damage: Callable[[Path, str], None]) -> None:
+    """A second ``skill`` with the same inputs needs the same frozen input body. When the
+    store holds that body damaged, ``skill`` is refused before the scope is opened (no
+    epoch bump) and before any Run is created: exit 3, the file byte-identical
+    (RUN-STO-4; found by the issue-12 attacker: it used to bump the epoch and commit
+    ``run_created`` first)."""
+    base, run_id = copy
+    store = base / STORE
+    damage(store, run_id)
+    before = fingerprint(store)
+    result = invoke(["skill", str(EXAMPLE), "--runner", "context-gate", "-i",
+                     f"objective={OBJECTIVE}", "--store", STORE, "-R", "D", "--json"], base)
+    assert result.exit_code == 3, result.output
+    assert "runx-actors: skill:" in result.stderr and "Traceback" not in result.output
+    assert "hint:" in result.stderr
+    assert fingerprint(store) == before

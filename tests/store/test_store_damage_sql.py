@@ -300,6 +300,34 @@ async def test_missing_and_edited_bodies(backend: Backend) -> None:
             ("frozen", "missing", item.digest)]
 
 
+async def test_put_refuses_a_damaged_body_under_its_digest(backend: Backend) -> None:
+    """``frozen.put`` of a body whose stored copy is damaged raises CorruptRecordError and
+    writes nothing, instead of keeping the damage behind ``ON CONFLICT DO NOTHING``; an
+    intact copy makes the put a no-op (RUN-STO-2, RUN-STO-4)."""
+    item, body = _input("in-3")
+    async with built(backend):
+        backend.sql(f"UPDATE frozen SET data = {_bytes_literal(backend, b'{}')} "
+                    f"WHERE digest = '{item.digest}'")
+
+        async def go(store: Any) -> None:
+            with pytest.raises(CorruptRecordError) as info:
+                await store.frozen.put(item.digest, body)
+            assert info.value.row == item.digest  # type: ignore[attr-defined]
+            other, other_body = _input("in-1")  # intact: put is a no-op, no error
+            await store.frozen.put(other.digest, other_body)
+            assert await store.frozen.get(other.digest) == other_body
+
+        before = backend.snapshot()
+        await _open_and(backend, go)
+        if backend.name == "sqlite":  # nothing was written (opening alone writes nothing)
+            assert backend.snapshot() == before
+
+
+def _bytes_literal(backend: Backend, data: bytes) -> str:
+    return (f"X'{data.hex()}'" if backend.name == "sqlite"
+            else f"'\\x{data.hex()}'::bytea")
+
+
 async def test_foreign_stream_damage(backend: Backend) -> None:
     async with built(backend):
         backend.sql("DELETE FROM events WHERE stream = 'app/notes' AND idx = 0",
