@@ -341,22 +341,27 @@ def _write(command: str, run_id: str, store: str | None, scope: str | None, call
     from .runtime._app import waiting_for
 
     async def main() -> Any:
+        from .store._verify import verify_run
+
         async with open_store_for(store) as opened:
             sc = await _scope_of(opened, run_id, scope)
+            # validate before the writer opens (opening bumps the scope's epoch, a write):
+            # the Run, its bodies and the call asked for (RUN-STO-4)
+            reader = await opened.reader(sc)
+            await verify_run(reader, opened.frozen, run_id)
+            call = None
+            if call_id != "*":
+                state = (await reader.record(run_id)).state
+                calls = waiting_for(state)
+                call = next((c for c in calls if c.call_id == call_id or not call_id), None)
+                if call is None:
+                    raise ValidationError(
+                        f"run {run_id!r} has no waiting call {call_id!r}"
+                        if call_id else f"run {run_id!r} waits for no call",
+                        run_id=run_id, call_id=call_id)
             writer = await opened.open(sc)
             try:
                 run_store = writer.run_store()
-                call = None
-                if call_id != "*":
-                    state = (await run_store.load(run_id)).state
-                    calls = waiting_for(state)
-                    call = next((c for c in calls if c.call_id == call_id or not call_id),
-                                None)
-                    if call is None:
-                        raise ValidationError(
-                            f"run {run_id!r} has no waiting call {call_id!r}"
-                            if call_id else f"run {run_id!r} waits for no call",
-                            run_id=run_id, call_id=call_id)
                 result = await act(run_store, call)
                 return sc, call, result
             finally:

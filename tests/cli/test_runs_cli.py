@@ -96,9 +96,12 @@ def test_approve_then_replay(store: Path) -> None:
     (call,) = cli_json("runs", "show", "pending", "--store", str(store))["waiting"]
     first = cli_json("runs", "approve", "pending", call["call_id"], "--store", str(store))
     assert first["status"] == "accepted" and first["call_id"] == call["call_id"]
-    # the call no longer waits: approving it again is refused, nothing is written
+    # the call no longer waits: approving it again is refused, nothing is written (not
+    # even the epoch bump of opening a writer: the call is checked first, RUN-STO-4)
+    before = _bytes_of(store)
     again = cli("runs", "approve", "pending", call["call_id"], "--store", str(store))
     assert again.exit_code == 1 and "no waiting call" in again.stderr
+    assert _bytes_of(store) == before
     log = cli_json("runs", "log", "pending", "--store", str(store))["facts"]
     assert log[-1]["fact"] == "tool_call_approved"
     assert sum(f["fact"] == "tool_call_approved" for f in log) == 1
@@ -212,3 +215,10 @@ def test_a_damaged_store_exits_3_and_is_left_alone(tmp_path: Path) -> None:
     out = cli("runs", "list", "--store", str(empty))
     assert out.exit_code == 3 and "store check" in out.stderr
     assert empty.read_bytes() == b""  # nothing was written
+
+
+def _bytes_of(store: Path) -> dict[str, bytes]:
+    """Every file of the store (the database and its ``-wal``/``-shm`` companions)."""
+    files = sorted(store.rglob("*")) if store.is_dir() else sorted(
+        store.parent.glob(store.name + "*"))
+    return {f.name: f.read_bytes() for f in files if f.is_file() and not f.name.endswith("-shm")}
