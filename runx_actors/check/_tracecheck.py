@@ -57,9 +57,12 @@ class LogReport:
 
     @property
     def ok(self) -> bool:
+        """True when no violation was found (exit 0)."""
         return not self.violations
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data: target, ok, scopes, counts of Runs, commits and
+        facts, and each violation (Run, position, rule, message) — the ``--json`` shape."""
         return {
             "target": self.target, "ok": self.ok, "scopes": list(self.scopes),
             "runs": self.runs, "commits": self.commits, "facts": self.facts,
@@ -253,6 +256,8 @@ def render_report(report: LogReport) -> str:
 
 
 def exit_code(report: LogReport) -> int:
+    """``check --log``'s exit code for *report*: 0 clean, 1 a violation (64 and 66 are
+    raised before a report exists)."""
     return 0 if report.ok else 1
 
 

@@ -40,14 +40,21 @@ ModelEmit = Callable[[ProgressKind, Any], None]
 class Model(Protocol):
     """A model backend: ``complete(request)`` answers one frozen request."""
 
-    async def complete(self, request: ModelRequest) -> ModelResult: ...
+    async def complete(self, request: ModelRequest) -> ModelResult:
+        """Answer the frozen *request* (``request.body`` is its canonical JSON) with one
+        ``ModelResult``. Raise ``ModelError`` (``code`` a FailureCode, optional
+        ``retry_after`` seconds) for a classified provider failure (RUN-EXE-11)."""
+        ...
 
 
 @runtime_checkable
 class StreamingModel(Protocol):
     """A model backend that also streams deltas through ``emit`` while it answers."""
 
-    async def stream(self, request: ModelRequest, emit: ModelEmit) -> ModelResult: ...
+    async def stream(self, request: ModelRequest, emit: ModelEmit) -> ModelResult:
+        """As ``complete``, publishing ``model_text_delta`` / ``model_reasoning_delta``
+        frames through ``emit(kind, payload)`` (never blocks) while answering (RUN-EXE-12)."""
+        ...
 
 
 class ModelError(RunxError):

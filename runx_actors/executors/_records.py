@@ -75,6 +75,7 @@ class Record:
 
     @property
     def key(self) -> AssignmentKey:
+        """The AssignmentKey (scope, Run, effect) this record executes."""
         return self.assignment.key
 
     def note_retry_after(self, seconds: float) -> None:

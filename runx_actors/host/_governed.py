@@ -253,10 +253,12 @@ class GovernedSession:
 
     @property
     def scope(self) -> str:
+        """The scope this session owns (its runtime's)."""
         return self.rt.scope
 
     @property
     def writer(self) -> Any:
+        """The scope's SessionWriter (epoch-fenced, RUN-CMT-6)."""
         return self.rt.writer
 
     # -- reads -------------------------------------------------------------------------

@@ -58,10 +58,14 @@ class CoreSemantics:
         self.impl = impl
 
     def initial_store(self, runs: int) -> CoreStore:
+        """The scope the exploration starts from: *runs* Runs created with one input, epoch 1."""
         return initial_store(runs, (cmds.agent_input("in-0"),), epoch=1)
 
     def commit(self, ctx: Any, w: Any, r: int, cid: str, cmd: Any, epoch: int, origin: str,
                base: int) -> tuple[Any, str]:
+        """Build the real command for the environment move *cmd* of Run *r* and commit it
+        through the real core at *base* under *epoch*; return the new world and the commit
+        status (a forged move keeps its wrong id, so the core must refuse it)."""
         core_cid, command, ids_note = build_command(run_id(r), cid, cmd, ctx.calls,
                                                     ctx.approvals, origin == "reconcile")
         if origin == "forged":  # the adversary's id is wrong on purpose: it is sent as is
@@ -79,12 +83,16 @@ class CoreSemantics:
         return w, status
 
     def image(self, store: CoreStore) -> Any:
+        """The reference model's view of *store* (what its invariants read)."""
         return abstract_store(store)
 
     def load(self, store: CoreStore, r: int, position: int) -> Any:
+        """The reference view of Run *r* as loaded when it was at *position*."""
         return abstract_state(_loaded(store, r, position))
 
     def plan(self, store: CoreStore, r: int, position: int) -> Any:
+        """The real planner's next action for Run *r* at *position*, as a reference ``Cmd``
+        (None when the Run ended or is idle)."""
         state = _loaded(store, r, position)
         if state.status is not RunStatus.ACTIVE:
             return None
@@ -112,6 +120,7 @@ class CoreSemantics:
         return None
 
     def executing(self, store: CoreStore, r: int) -> tuple[str, ...]:
+        """The effect ids Run *r* has EXECUTING (the recovery targets a takeover must decide)."""
         return tuple(t.effect for t in recovery_targets(store.state(r)))
 
     def forged(self, ctx: Any, w: Any) -> Iterator[tuple[str, Any]]:

@@ -99,6 +99,8 @@ class CoreStore:
         raise KeyError(f"run-{r} was never at position {position}")
 
     def append(self, c: Any, snap: Snapshot) -> CoreStore:
+        """The store with commit *c* appended to the log and its Run's stream, projection and
+        load history moved to *snap*."""
         r = c.run
         return CoreStore(
             self.epoch, (*self.log, c),
@@ -112,6 +114,7 @@ class CoreStore:
         return attrs.evolve(self, proj=_put(self.proj, r, snap), loads=_put(self.loads, r, loads))
 
     def with_epoch(self, epoch: int) -> CoreStore:
+        """The same log under another scope epoch (a takeover)."""
         return attrs.evolve(self, epoch=epoch)
 
 
@@ -143,12 +146,15 @@ class CoreView:
         self._store = store
 
     def replay_facts(self, command_id: str, run_id: str) -> tuple[F.Fact, ...] | None:
+        """The facts committed under *command_id* (empty when another Run holds it), or None
+        when the id is unknown: the commit-id index of RUN-CMT-5."""
         for c in self._store.log:
             if c.cid == command_id:
                 return c.facts if run_index(run_id) == c.run else ()
         return None
 
     def active(self, run_id: str) -> Snapshot | None:
+        """The projection of an ACTIVE Run, else None (unknown or ended)."""
         r = run_index(run_id)
         if r is None or r >= len(self._store.proj):
             return None
@@ -156,10 +162,12 @@ class CoreView:
         return snap if snap.state.status is RunStatus.ACTIVE else None
 
     def stream_exists(self, run_id: str) -> bool:
+        """Whether *run_id* has a stream in this scope."""
         r = run_index(run_id)
         return r is not None and r < len(self._store.streams)
 
     def snapshot(self, run_id: str) -> Snapshot:
+        """The projection of *run_id*, whatever its status. Raises RunNotFoundError."""
         r = run_index(run_id)
         if r is None or r >= len(self._store.proj):
             raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)

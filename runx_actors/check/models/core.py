@@ -147,13 +147,17 @@ class CoreModel(ModelBase):
                             for inv in spec.invariants.WORLD_INVARIANTS)
 
     def initial_states(self) -> Iterable[Hashable]:
+        """The one initial world: the configured Runs created, budgets full."""
         return [spec.moves.initial_world(self.ctx, *self._budgets)]
 
     def actions(self, state: Hashable) -> Iterable[tuple[str, Hashable]]:
+        """Every environment move enabled in *state*, as ``(label, next world)``, driven
+        through the real protocol core."""
         assert isinstance(state, spec.state.World)
         return list(spec.moves.moves(self.ctx, state))
 
     def invariants(self) -> Sequence[Invariant]:
+        """The invariants checked in every reachable world (the reference's, on the image)."""
         return self._invariants
 
     def first_violation(self, state: Hashable) -> tuple[Invariant, str] | None:
@@ -187,6 +191,7 @@ class CoreModel(ModelBase):
         return reduced
 
     def describe(self, state: Any) -> dict[str, Any]:
+        """A JSON-ready description of *state* for counterexample traces."""
         assert isinstance(state, spec.state.World)
         return describe(state)
 
