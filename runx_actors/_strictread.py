@@ -48,6 +48,7 @@ from typing import Any
 
 import yaml
 
+from .protocol.canonical import JSONRefusal, refuse_constant, strict_float, strict_object_pairs
 from .protocol.errors import RunxError
 
 __all__ = [
@@ -184,36 +185,10 @@ def _check_one(text: str, source: str) -> None:
 # --------------------------------------------------------------------------- JSON
 
 
-class _Refused(Exception):
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _Refused(f"duplicate key {key[:64]!r}", "duplicate_key")
-            seen.add(key)
-    return result
-
-
-def _finite(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise _Refused(f"number {text[:32]!r} is outside the range of a double", "non_finite")
-    return number
-
-
-def _constant(name: str) -> Any:
-    raise _Refused(f"{name} is not JSON", "non_finite")
-
-
-_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_float=_finite,
-                            parse_constant=_constant, strict=True)
+#: The protocol's strict hooks (one definition of what strict JSON refuses); integers
+#: stay ``int`` here, where the protocol's own reader makes every number a double.
+_DECODER = json.JSONDecoder(object_pairs_hook=strict_object_pairs, parse_float=strict_float,
+                            parse_constant=refuse_constant, strict=True)
 #: A JSON string (so brackets inside strings are skipped) or one bracket.
 _STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 _OPENERS = frozenset("[{")
@@ -253,7 +228,7 @@ def loads_json(data: bytes | bytearray | memoryview | str, *, source: str,
         raise _too_deep(source, max_depth)
     try:
         value = _DECODER.decode(text)
-    except _Refused as exc:
+    except JSONRefusal as exc:
         raise MalformedInputError(str(exc), source=source, reason=exc.reason) from None
     except json.JSONDecodeError as exc:
         raise MalformedInputError(f"invalid JSON: {exc.msg} (column {exc.colno})",

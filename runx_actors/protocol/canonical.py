@@ -264,34 +264,47 @@ def canonical_json_text(value: object) -> JSONText:
 # --------------------------------------------------------------------------- reading
 
 
-class _Refused(Exception):
-    """Internal: raised from the decoder's hooks, turned into CanonicalJSONError."""
+class JSONRefusal(Exception):
+    """Raised from the strict decoder hooks below (``reason`` names the kind of refusal:
+    ``duplicate_key``, ``non_finite``); each reader turns it into its own typed error
+    (``CanonicalJSONError`` here, ``MalformedInputError`` in ``runx_actors._strictread``).
+    Shared so every strict JSON reader of the project refuses the same things (RUN-WIR-2)."""
 
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
 
 
-def _object_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
+def strict_object_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """``object_pairs_hook`` that refuses a duplicate key (raises JSONRefusal)."""
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise _Refused(f"duplicate object key {key!r}", "duplicate_key")
+                raise JSONRefusal(f"duplicate key {key[:64]!r}", "duplicate_key")
             seen.add(key)
     return obj
 
 
-def _number(text: str) -> float:
+def strict_float(text: str) -> float:
+    """``parse_float`` that refuses a number outside the double range (JSONRefusal)."""
     number = float(text)
     if not math.isfinite(number):
-        raise _Refused(f"number {text[:32]!r} is out of the range of a double", "non_finite")
+        raise JSONRefusal(f"number {text[:32]!r} is outside the range of a double",
+                          "non_finite")
     return number
 
 
-def _constant(name: str) -> object:
-    raise _Refused(f"{name} is not JSON", "non_finite")
+def refuse_constant(name: str) -> object:
+    """``parse_constant`` that refuses ``NaN``/``Infinity``/``-Infinity`` (JSONRefusal)."""
+    raise JSONRefusal(f"{name} is not JSON", "non_finite")
+
+
+_Refused = JSONRefusal
+_object_pairs = strict_object_pairs
+_number = strict_float
+_constant = refuse_constant
 
 
 _DECODER = json.JSONDecoder(
