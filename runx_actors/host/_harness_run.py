@@ -86,10 +86,12 @@ class PlannedCase:
 
     @property
     def name(self) -> str:
+        """The case's name as declared in the package."""
         return self.case.name
 
     @property
     def graph(self) -> bool:
+        """True when the case runs a graph runner (its receipt tree has step children)."""
         return isinstance(self.package.runner(self.runner_name), GraphRunner)
 
     @property
@@ -117,10 +119,12 @@ class CaseResult:
 
     @property
     def passed(self) -> bool:
+        """True when no assertion of the case failed."""
         return not self.errors
 
     @property
     def receipt_id(self) -> str | None:
+        """The id of the receipt the case sealed, or None (it sealed none)."""
         return None if self.receipt is None else self.receipt.id
 
 

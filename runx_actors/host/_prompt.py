@@ -57,6 +57,7 @@ class AgentTaskOffer:
 
     @classmethod
     def of(cls, step: GraphStep) -> AgentTaskOffer:
+        """The tool offer through which the agent answers graph step *step* (loop-host §3)."""
         return cls(ToolDefinition(
             name=agent_tool_name(step),
             description=f"Agent task {step.run.task} of step {step.id} "
@@ -64,6 +65,7 @@ class AgentTaskOffer:
             parameters=canonical_json_text({"type": "object"})))
 
     def spec(self) -> ToolSpec:
+        """The ToolSpec the Run records for this offer (ref, name, definition digest)."""
         return ToolSpec(ref=self.definition.name, name=self.definition.name,
                         definition_digest=digest_tool_definition(self.definition),
                         policy=ResponsePolicy.EXTERNAL_RESPONSE)

@@ -118,6 +118,7 @@ class SealedRun:
 
     @property
     def disposition(self) -> str:
+        """The sealed disposition (``closed``, ``failed``, ``refused``, …) of the top receipt."""
         return str(self.top.body["seal"]["disposition"])
 
 

@@ -189,18 +189,22 @@ class HarnessReport:
 
     @property
     def case_count(self) -> int:
+        """How many cases ran."""
         return len(self.cases)
 
     @property
     def assertion_errors(self) -> tuple[str, ...]:
+        """Every failed assertion of every case, in case order."""
         return tuple(error for case in self.cases for error in case.errors)
 
     @property
     def receipt_ids(self) -> tuple[str, ...]:
+        """The ids of the receipts the cases sealed, in case order."""
         return tuple(c.receipt_id for c in self.cases if c.receipt_id is not None)
 
     @property
     def graph_case_count(self) -> int:
+        """How many of the cases ran a graph runner."""
         return sum(1 for case in self.cases if case.graph)
 
     @property
@@ -399,10 +403,12 @@ class FixtureRun:
 
     @property
     def passed(self) -> bool:
+        """True when every fixture's cases passed."""
         return all(result.passed for result in self.results)
 
     @property
     def exit_code(self) -> int:
+        """0 when every fixture passed, else 1 (loop-host §9.1)."""
         return EXIT_PASSED if self.passed else EXIT_FAILED
 
     def receipts_json(self) -> Any:

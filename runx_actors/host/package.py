@@ -81,6 +81,7 @@ class InputSpec:
 
     @property
     def has_default(self) -> bool:
+        """True when X.yaml gives the input a default."""
         return self.default is not NO_DEFAULT
 
 
@@ -226,6 +227,7 @@ class Package:
 
     @property
     def name(self) -> str:
+        """The package's name (X.yaml ``name:``)."""
         return self.spec.name
 
     @property
