@@ -50,6 +50,11 @@ def is_digest(value: object) -> bool:
 
 
 class RunStatus(enum.Enum):
+    """Where a Run stands (RUN-MCH-1): ``ACTIVE`` until its one ``RunEnded`` fact, then
+    ``COMPLETED`` (the model answered without tool calls), ``STOPPED`` (reason
+    ``cancelled``) or ``FAILED`` (``provider_failure``, ``malformed_model_result`` or
+    ``effect_unknown``). The three ended statuses are absorbing."""
+
     ACTIVE = "active"
     COMPLETED = "completed"
     STOPPED = "stopped"
@@ -57,6 +62,9 @@ class RunStatus(enum.Enum):
 
 
 class RunReason(enum.Enum):
+    """Why an ended Run stopped or failed (RUN-MCH-1); ``NONE`` (``""``) for a completed
+    or active Run. The values are wire strings of the ``run_ended`` fact."""
+
     NONE = ""
     CANCELLED = "cancelled"
     PROVIDER_FAILURE = "provider_failure"
@@ -65,11 +73,18 @@ class RunReason(enum.Enum):
 
 
 class ModelStepStatus(enum.Enum):
+    """A current ModelStep (RUN-MCH-1): ``PREPARED`` (its request is frozen, no effect yet)
+    or ``EXECUTING`` (its start fact is durable; exactly one settlement follows)."""
+
     PREPARED = "prepared"
     EXECUTING = "executing"
 
 
 class ToolCallStatus(enum.Enum):
+    """One call of a ToolStep (RUN-MCH-1, RUN-MCH-4): ``PENDING`` (not started),
+    ``EXECUTING`` (start fact durable), ``WAITING`` (for an approval or an outside
+    response), then ``COMPLETED`` or ``FAILED``, each settled by exactly one fact."""
+
     PENDING = "pending"
     EXECUTING = "executing"
     WAITING = "waiting"
@@ -78,6 +93,9 @@ class ToolCallStatus(enum.Enum):
 
 
 class ToolFailureOutcome(enum.Enum):
+    """Whether a failed call's effect is certain (RUN-EXE-2): ``KNOWN`` — it did not run,
+    or ran and failed; ``UNKNOWN`` — it may have run (a lost or uncertain Outcome)."""
+
     KNOWN = "known"
     UNKNOWN = "unknown"
 
@@ -92,22 +110,35 @@ class ResponsePolicy(enum.Enum):
 
 
 class ResponseKind(enum.Enum):
+    """What a WAITING call waits for (RUN-MCH-4): an ``APPROVAL`` (approve/reject, then
+    the tool runs) or an ``EXTERNAL_RESPONSE`` (the answer is the call's result)."""
+
     APPROVAL = "approval"
     EXTERNAL_RESPONSE = "external_response"
 
 
 class ToolReplay(enum.Enum):
+    """Whether a tool's effect may run again (RUN-EXE-9): an executor adopting an orphaned
+    record restarts it only when ``ALLOWED``; ``NEVER`` and ``UNKNOWN`` (``""``) settle it
+    as an unknown outcome instead."""
+
     UNKNOWN = ""
     NEVER = "never"
     ALLOWED = "allowed"
 
 
 class ToolPlacement(enum.Enum):
+    """Where a tool runs (RUN-LOP-9 target resolution): ``NONE`` (``""``, anywhere) or
+    ``WORKSPACE`` (beside the Run's workspace)."""
+
     NONE = ""
     WORKSPACE = "workspace"
 
 
 class ModelRejectDisposition(enum.Enum):
+    """What a rejected (malformed) model result leads to (RUN-LOP-3): ``RETRY`` the step
+    with a new effect, or ``FAIL_RUN`` once the retries are spent."""
+
     RETRY = "retry"
     FAIL_RUN = "fail_run"
 
@@ -160,6 +191,9 @@ class AgentInput:
 
 @attrs.frozen
 class NewRun:
+    """What creates a Run (RUN-NEW-1): its id (non-empty UTF-8) and an optional
+    causation id recorded in ``RunCreated``."""
+
     run_id: RunID
     causation_id: str = ""
 
@@ -236,12 +270,17 @@ class ToolCallResult:
 
 @attrs.frozen
 class ToolCallFailure:
+    """State side of a failed call: its failure and whether the effect is certain."""
+
     failure: Failure
     outcome: ToolFailureOutcome = ToolFailureOutcome.KNOWN
 
 
 @attrs.frozen
 class RunFailure:
+    """Why a Run failed (``RunFailedEnd.failure``): the failure class (wire key
+    ``class``), a message and the call that caused it, if one did."""
+
     class_: str
     message: str = ""
     call_id: CallID = ""
@@ -249,11 +288,14 @@ class RunFailure:
 
 @attrs.frozen
 class RunCompletedEnd:
-    pass
+    """The end of a completed Run (``run_ended`` with status ``completed``)."""
 
 
 @attrs.frozen
 class RunStoppedEnd:
+    """The end of a stopped (cancelled) Run: the reason, and the calls / model step the
+    cancel left uncertain (their effects may have run)."""
+
     reason: RunReason
     uncertain_calls: tuple[CallID, ...] = attrs.field(default=(), converter=_tuple)
     uncertain_model: StepID = ""
@@ -261,6 +303,8 @@ class RunStoppedEnd:
 
 @attrs.frozen
 class RunFailedEnd:
+    """The end of a failed Run: the reason and the failure."""
+
     reason: RunReason
     failure: RunFailure
 
