@@ -30,18 +30,24 @@ LEDGER_NAMESPACE = "runx/dispatch-ledger"
 
 @attrs.frozen
 class DispatchPlanned:
+    """Ledger entry: attempt ``attempt`` (1, 2, …) of a redispatch is owed (RUN-EXE-15)."""
+
     attempt: int
     NAME = "dispatch_planned"
 
 
 @attrs.frozen
 class Dispatched:
+    """Ledger entry: the owed attempt ``attempt`` was handed to the executor."""
+
     attempt: int
     NAME = "dispatched"
 
 
 @attrs.frozen
 class GivenUp:
+    """Ledger entry: no further attempt for this key (``reason`` says why); final."""
+
     reason: str
     NAME = "given_up"
 
@@ -51,6 +57,9 @@ LedgerEntry = DispatchPlanned | Dispatched | GivenUp
 
 @attrs.frozen
 class LedgerState:
+    """A key's folded ledger: attempts planned and dispatched, whether it was given up
+    (and why), and ``head`` — the number of entries, the ``seq`` the next append names."""
+
     planned: int = 0
     dispatched: int = 0
     given_up: bool = False
@@ -63,6 +72,8 @@ class LedgerState:
 
 
 class LedgerAppendStatus(enum.Enum):
+    """An append was new (``ACCEPTED``) or its commit id was already recorded."""
+
     ACCEPTED = "accepted"
     ALREADY_APPLIED = "already_applied"
 
@@ -98,6 +109,11 @@ def fold_ledger(entries: tuple[LedgerEntry, ...]) -> LedgerState:
 
 
 class DispatchLedger(Protocol):
+    """The per-key redispatch ledger (RUN-EXE-15, INV-32): ``load(key)`` folds the key's
+    entries; ``append(key, entry, seq=, epoch=)`` adds one at the expected head under the
+    writer's epoch — LedgerConflictError for a stale head, FencedError for an older
+    epoch, StateConflictError for an illegal entry; a repeated commit id replays."""
+
     async def load(self, key: Any) -> LedgerState: ...
 
     async def append(self, key: Any, entry: LedgerEntry, *, seq: int,
