@@ -49,6 +49,7 @@ from .commands import SubmitToolResponse as SubmitToolResponse
 from .commands import SubmitToolResult as SubmitToolResult
 from .commands import WithdrawPreparedStep as WithdrawPreparedStep
 from .commit import Append as Append
+from .commit import BatchResult as BatchResult
 from .commit import CommandEnvelope as CommandEnvelope
 from .commit import CommitDecision as CommitDecision
 from .commit import CommitRequest as CommitRequest
@@ -58,8 +59,11 @@ from .commit import CommitView as CommitView
 from .commit import PromptTokenGuard as PromptTokenGuard
 from .commit import Replay as Replay
 from .commit import Snapshot as Snapshot
+from .commit import batch_refusal as batch_refusal
+from .commit import check_batch as check_batch
 from .commit import create_group as create_group
 from .commit import envelope as envelope
+from .commit import evaluate_batch as evaluate_batch
 from .commit import evaluate_commit as evaluate_commit
 from .commit import expected_command_ids as expected_command_ids
 from .commit import fold_run as fold_run
@@ -500,6 +504,10 @@ __all__ = [
     "CommitDecision",
     "PromptTokenGuard",
     "evaluate_commit",
+    "BatchResult",
+    "evaluate_batch",
+    "check_batch",
+    "batch_refusal",
     "expected_command_ids",
     "create_group",
     "initialize_run",

@@ -20,6 +20,7 @@ from ._decide import decide
 from ._evolve import evolve
 from .errors import (
     CommandConflictError,
+    CommandRefusedError,
     CorruptLogError,
     EvolveError,
     PreconditionError,
@@ -46,6 +47,7 @@ __all__ = [
     "CommandEnvelope", "envelope", "Snapshot", "CommitRequest", "CommitStatus",
     "CommitResult", "CommitView", "Replay", "Append", "CommitDecision",
     "PromptTokenGuard", "evaluate_commit", "expected_command_ids", "create_group",
+    "BatchResult", "evaluate_batch", "check_batch", "batch_refusal",
     "initialize_run", "fold_run", "validate_identity",
 ]
 
@@ -270,6 +272,123 @@ def evaluate_commit(
         state = evolve(state, fact)
     # 11. The store appends.
     return Append(facts, Snapshot(state, snap.position + len(facts)))
+
+
+def _results(value: Iterable[CommitResult]) -> tuple[CommitResult, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class BatchResult:
+    """The outcome of a batch commit (RUN-CMT-7).
+
+    ``results`` holds one CommitResult per request evaluated, in order: a prefix of the
+    batch, all of it appended in one transaction. ``error`` is the refusal of request
+    number ``len(results)`` (it and everything after it wrote nothing), or None when
+    every request was committed or replayed.
+    """
+
+    results: tuple[CommitResult, ...] = attrs.field(converter=_results)
+    error: Exception | None = None
+
+
+def batch_refusal(exc: BaseException) -> bool:
+    """True iff *exc* is a refusal that ends a batch and is returned in
+    ``BatchResult.error`` (RUN-CMT-7): a CommandRefusedError (RunNotFoundError,
+    RunTerminalError, CommandConflictError, StaleRuntimeError) or a ValidationError.
+    Anything else (OwnershipLostError, I/O, EvolveError) is raised by the store."""
+    return isinstance(exc, (CommandRefusedError, ValidationError))
+
+
+def check_batch(requests: Sequence[CommitRequest]) -> RunID:
+    """The Run every request of the batch names (RUN-CMT-7).
+
+    Raises:
+        ValidationError: the batch is empty, an item is not a CommitRequest, or the
+            requests name different Runs.
+    """
+    if not requests:
+        raise ValidationError("a batch needs at least one commit request")
+    run_ids = []
+    for r in requests:
+        if not isinstance(r, CommitRequest):
+            raise ValidationError(f"not a commit request: {r!r}", request=r)
+        run_ids.append(r.envelope.run_id)
+    if len(set(run_ids)) != 1:
+        raise ValidationError("the requests of a batch name different Runs",
+                              run_ids=tuple(dict.fromkeys(run_ids)))
+    return run_ids[0]
+
+
+class _BatchView:
+    """A CommitView over *base* plus the requests appended earlier in the same batch:
+    their command ids replay their facts and the Run is at their last snapshot."""
+
+    def __init__(self, base: CommitView, run_id: RunID) -> None:
+        self._base = base
+        self._run_id = run_id
+        self._applied: dict[CommandID, tuple[F.Fact, ...]] = {}
+        self.snapshot: Snapshot | None = None  # set by the first Append of the batch
+
+    def append(self, command_id: CommandID, decision: Append) -> None:
+        self._applied[command_id] = decision.facts
+        self.snapshot = decision.snapshot
+
+    def replay_facts(self, command_id: CommandID, run_id: RunID) -> tuple[F.Fact, ...] | None:
+        if run_id == self._run_id and command_id in self._applied:
+            return self._applied[command_id]
+        return self._base.replay_facts(command_id, run_id)
+
+    def active(self, run_id: RunID) -> Snapshot | None:
+        if run_id == self._run_id and self.snapshot is not None:
+            active = self.snapshot.state.status is RunStatus.ACTIVE
+            return self.snapshot if active else None
+        return self._base.active(run_id)
+
+    def stream_exists(self, run_id: RunID) -> bool:
+        if run_id == self._run_id and self.snapshot is not None:
+            return True
+        return self._base.stream_exists(run_id)
+
+
+def evaluate_batch(
+    view: CommitView,
+    requests: Sequence[CommitRequest],
+    *,
+    scope: Scope = "",
+    prompt_token_guard: PromptTokenGuard | None = None,
+) -> tuple[tuple[CommitDecision, ...], Exception | None]:
+    """Decide what committing the batch *requests* means (RUN-CMT-7). Pure.
+
+    Each request is evaluated with :func:`evaluate_commit` on *view* overlaid with the
+    requests appended before it in the batch: their facts move the Run's position and
+    state, and their command ids are in the replay index (a later request repeating an
+    earlier id of the batch is a ``Replay`` of that request's facts). Evaluation stops at
+    the first refusal (see :func:`batch_refusal`), which is returned, not raised.
+
+    Returns:
+        ``(decisions, error)``: one decision per evaluated request, in order (the prefix
+        the store appends in one transaction), and the refusal of the next request or
+        None when all were evaluated.
+    Raises:
+        ValidationError: empty batch, or requests naming different Runs (check_batch).
+        EvolveError: internal bug, as evaluate_commit.
+    """
+    run_id = check_batch(requests)
+    overlay = _BatchView(view, run_id)
+    decisions: list[CommitDecision] = []
+    for request in requests:
+        try:
+            decision = evaluate_commit(overlay, request, scope=scope,
+                                       prompt_token_guard=prompt_token_guard)
+        except Exception as exc:
+            if not batch_refusal(exc):
+                raise
+            return tuple(decisions), exc
+        if isinstance(decision, Append):
+            overlay.append(request.envelope.id, decision)
+        decisions.append(decision)
+    return tuple(decisions), None
 
 
 def create_group(new_run: NewRun, inputs: Sequence[AgentInput] = ()) -> tuple[F.Fact, ...]:

@@ -19,12 +19,19 @@ from typing import Any, Generic, Protocol, TypeVar
 import trio
 
 from ..protocol.canonical import decode_frozen
-from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot
+from ..protocol.commit import (
+    BatchResult,
+    CommitRequest,
+    CommitResult,
+    CommitStatus,
+    Snapshot,
+    check_batch,
+)
 from ..protocol.digests import model_request_from_json
 from ..protocol.errors import FrozenValueMissingError
 from ..protocol.facts import Fact
 from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
-from ._freeze import bodies_of
+from ._freeze import batch_bodies, bodies_of
 from ._group import WriterStateBase
 from ._scope import check_divergence, check_frozen
 from .base import ForeignEvent, StreamRecord
@@ -83,6 +90,13 @@ class SqlStoreBase(Generic[WS]):
     async def _commit(
         self, ws: WS, request: CommitRequest, bodies: tuple[tuple[Digest, bytes], ...]
     ) -> CommitResult:
+        raise NotImplementedError
+
+    async def _commit_batch(
+        self, ws: WS, requests: Sequence[CommitRequest],
+        bodies: tuple[tuple[Digest, bytes], ...],
+    ) -> BatchResult:
+        """Queue one batch job (RUN-CMT-7): all its rows in one transaction."""
         raise NotImplementedError
 
     @property
@@ -216,6 +230,10 @@ class SqlWriter(SqlReader[S]):
     async def commit(self, request: CommitRequest) -> CommitResult:
         return await self.run_store().commit(request)
 
+    async def commit_batch(self, requests: Sequence[CommitRequest]) -> BatchResult:
+        """``run_store().commit_batch(requests)`` (RUN-CMT-7)."""
+        return await self.run_store().commit_batch(requests)
+
     async def aclose(self) -> None:
         """Nothing to release (the store owns the connections). Checkpoint."""
         await trio.lowlevel.checkpoint()
@@ -260,6 +278,34 @@ class SqlRunStore(Generic[W]):
         bodies = bodies_of(request.envelope.command)
         store: SqlStoreBase[Any] = self._writer._store
         return await store._commit(self._writer._ws, request, bodies)
+
+    async def commit_batch(self, requests: Sequence[CommitRequest]) -> BatchResult:
+        """Freeze the bodies (§4.2), then evaluate the batch and append its evaluated
+        prefix in ONE transaction (RUN-CMT-7). Checkpoint.
+
+        The batch is one writer job: its bodies and rows are written together (in a
+        group transaction it may share with other jobs), the caller is answered after
+        ``COMMIT``, and the projection moves only then. Cancellation: as ``commit``.
+
+        Returns: BatchResult — one result per evaluated request, and the refusal that
+        ended the batch (RunNotFoundError, RunTerminalError, CommandConflictError,
+        StaleRuntimeError, ValidationError) in ``error``.
+        Raises: ValidationError (empty batch, mixed Runs; nothing queued),
+        OwnershipLostError (fenced; nothing of the batch written), or the driver's error
+        when the transaction failed (nothing of the batch written, or an unknown outcome
+        if the connection died at ``COMMIT``: replay the batch once).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        check_batch(requests)
+        bodies, count, error = batch_bodies(requests)
+        if count == 0:
+            await trio.lowlevel.checkpoint()
+            return BatchResult((), error)
+        store: SqlStoreBase[Any] = self._writer._store
+        result = await store._commit_batch(self._writer._ws, requests[:count], bodies)
+        if result.error is None and error is not None:
+            return BatchResult(result.results, error)
+        return result
 
     async def frozen_request(self, digest: Digest) -> ModelRequest:
         """The frozen model request. Checkpoint. Raises FrozenValueMissingError."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..protocol import commands as C
+from ..protocol.commit import CommitRequest, batch_refusal
 from ..protocol.digests import encode_frozen
 from ..protocol.errors import StaleRuntimeError, ValidationError
 from ..protocol.values import Digest
 
-__all__ = ["bodies_of"]
+__all__ = ["bodies_of", "batch_bodies"]
 
 
 def bodies_of(command: C.Command) -> tuple[tuple[Digest, bytes], ...]:
@@ -29,3 +32,24 @@ def bodies_of(command: C.Command) -> tuple[tuple[Digest, bytes], ...]:
     except ValidationError as exc:
         raise StaleRuntimeError(f"body cannot be frozen: {exc.message}", command=command) from exc
     return ()
+
+
+def batch_bodies(
+    requests: Sequence[CommitRequest],
+) -> tuple[tuple[tuple[Digest, bytes], ...], int, Exception | None]:
+    """Step 0 of a batch commit (RUN-CMT-7): the bodies of the requests, in order.
+
+    Returns ``(bodies, count, error)``: the bodies of the first *count* requests, and the
+    refusal of request *count* when its bodies cannot be frozen (the batch stops there,
+    as committing the requests one by one would), else ``count == len(requests)`` and
+    ``error`` None.
+    """
+    bodies: list[tuple[Digest, bytes]] = []
+    for count, request in enumerate(requests):
+        try:
+            bodies += bodies_of(request.envelope.command)
+        except Exception as exc:
+            if not batch_refusal(exc):
+                raise
+            return tuple(bodies), count, exc
+    return tuple(bodies), len(requests), None

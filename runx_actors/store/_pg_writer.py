@@ -37,12 +37,14 @@ from psycopg_pool import ConnectionPool
 
 from ..protocol.commit import (
     Append,
+    BatchResult,
     CommitRequest,
     CommitResult,
     CommitStatus,
     Replay,
     Snapshot,
     create_group,
+    evaluate_batch,
     evaluate_commit,
     fold_run,
 )
@@ -52,11 +54,12 @@ from ..protocol.state import Open
 from ..protocol.values import AgentInput, CommandID, Digest, NewRun, RunID, RunStatus, Scope
 from . import _pg_log as log
 from ._group import JobBase, WriterStateBase, foreign_rows, run_items
-from ._scope import Projection
+from ._scope import Projection, batch_results
 from .base import ForeignEvent, check_foreign, run_stream
 
 __all__ = [
-    "PgWriterState", "Hooks", "Job", "CommitJob", "CreateJob", "AppendJob", "GroupResult",
+    "PgWriterState", "Hooks", "Job", "CommitJob", "BatchJob", "CreateJob", "AppendJob",
+    "GroupResult",
     "run_group", "open_scope",
 ]
 
@@ -182,18 +185,55 @@ class CommitJob(Job[CommitResult]):
             return CommitResult(CommitStatus.ALREADY_APPLIED, tx.load(run_id),
                                 decision.facts), ()
         assert isinstance(decision, Append)
-        facts, snap = decision.facts, decision.snapshot
-        first = snap.position - len(facts) + 1
-        seq = log.insert_commit(tx.conn, tx.scope, request.envelope.id, tx.epoch, run_id,
-                                first, len(facts))
-        stream = run_stream(run_id)
-        log.insert_events(tx.conn, tx.scope, seq, request.envelope.id, [
-            (stream, first + i, type_, data) for i, (type_, data) in enumerate(run_items(facts))
-        ], tx.chains)
-        log.advance_run(tx.conn, tx.scope, run_id, first - 1, snap)
-        was_open = before is not None and isinstance(before.state.current, Open)
-        log.write_cache(tx.conn, tx.scope, run_id, snap, was_open=was_open)
-        return CommitResult(CommitStatus.ACCEPTED, snap, facts), ((run_id, snap),)
+        _write_append(tx, request, decision, before)
+        return (CommitResult(CommitStatus.ACCEPTED, decision.snapshot, decision.facts),
+                ((run_id, decision.snapshot),))
+
+
+def _write_append(tx: _Tx, request: CommitRequest, decision: Append,
+                  before: Snapshot | None) -> None:
+    """Write one accepted command: commit record, events, the Run's head, the cache
+    (*before*: the Run's active snapshot before the command)."""
+    run_id = request.envelope.run_id
+    facts, snap = decision.facts, decision.snapshot
+    first = snap.position - len(facts) + 1
+    seq = log.insert_commit(tx.conn, tx.scope, request.envelope.id, tx.epoch, run_id,
+                            first, len(facts))
+    stream = run_stream(run_id)
+    log.insert_events(tx.conn, tx.scope, seq, request.envelope.id, [
+        (stream, first + i, type_, data) for i, (type_, data) in enumerate(run_items(facts))
+    ], tx.chains)
+    log.advance_run(tx.conn, tx.scope, run_id, first - 1, snap)
+    was_open = before is not None and isinstance(before.state.current, Open)
+    log.write_cache(tx.conn, tx.scope, run_id, snap, was_open=was_open)
+
+
+class BatchJob(Job[BatchResult]):
+    """Freeze bodies, then evaluate a batch of one Run's commands and append its
+    evaluated prefix (RUN-CMT-7): one job, one savepoint of the group transaction, so
+    its rows are all committed or none."""
+
+    def __init__(self, requests: Sequence[CommitRequest],
+                 bodies: Sequence[tuple[Digest, bytes]]) -> None:
+        super().__init__()
+        self.requests = tuple(requests)
+        self.bodies = bodies
+        self.run_id = self.requests[0].envelope.run_id
+
+    def run(self, tx: _Tx) -> tuple[BatchResult, Sequence[Change]]:
+        run_id = self.requests[0].envelope.run_id
+        for digest, data in self.bodies:
+            log.frozen_put(tx.conn, digest, data)
+        before = tx.active(run_id)
+        decisions, error = evaluate_batch(_View(tx), self.requests, scope=tx.scope)
+        results = batch_results(decisions, lambda: tx.load(run_id))
+        changes: list[Change] = []
+        for request, decision in zip(self.requests, decisions, strict=False):
+            if isinstance(decision, Append):
+                _write_append(tx, request, decision, before)
+                before = decision.snapshot
+                changes.append((run_id, decision.snapshot))
+        return BatchResult(results, error), changes
 
 
 class CreateJob(Job[CommitResult]):
@@ -312,7 +352,9 @@ def run_group(
             job.result = value
             tx.stage(job_changes)
             changes.extend(job_changes)
-            if job_changes or value is CommitStatus.ACCEPTED:
+            if isinstance(value, BatchResult):
+                accepted += len(job_changes)
+            elif job_changes or value is CommitStatus.ACCEPTED:
                 accepted += 1
         if hooks.before_commit is not None:
             hooks.before_commit()

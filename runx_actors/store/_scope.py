@@ -10,7 +10,7 @@ the conformance suite.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -20,12 +20,16 @@ from ..protocol._evolve import evolve
 from ..protocol.canonical import read_envelope, typed_envelope
 from ..protocol.commit import (
     Append,
+    BatchResult,
+    CommitDecision,
     CommitRequest,
     CommitResult,
     CommitStatus,
     Replay,
     Snapshot,
+    check_batch,
     create_group,
+    evaluate_batch,
     evaluate_commit,
     fold_run,
 )
@@ -44,7 +48,7 @@ from .base import ForeignEvent, StoredEvent, StreamRecord, check_foreign, run_st
 
 __all__ = [
     "ScopeLog", "Commit", "Projection", "FrozenBodies", "check_frozen", "check_divergence",
-    "integral_ints",
+    "integral_ints", "batch_results",
 ]
 
 
@@ -81,6 +85,29 @@ def integral_ints(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: integral_ints(v) for k, v in value.items()}
     return value
+
+
+def batch_results(
+    decisions: Sequence[CommitDecision], current: Callable[[], Snapshot]
+) -> tuple[CommitResult, ...]:
+    """The CommitResults of a batch's evaluated prefix (RUN-CMT-7).
+
+    An ``Append`` is ACCEPTED at its snapshot; a ``Replay`` is ALREADY_APPLIED at the
+    Run's snapshot as left by the requests before it: the last Append's of the batch, or
+    ``current()`` (the snapshot before the batch, as ``commit`` answers a replay) when
+    none appended yet.
+    """
+    out: list[CommitResult] = []
+    last: Snapshot | None = None
+    for d in decisions:
+        if isinstance(d, Append):
+            last = d.snapshot
+            out.append(CommitResult(CommitStatus.ACCEPTED, d.snapshot, d.facts))
+        else:
+            if last is None:
+                last = current()
+            out.append(CommitResult(CommitStatus.ALREADY_APPLIED, last, d.facts))
+    return tuple(out)
 
 
 class FrozenBodies:
@@ -131,6 +158,11 @@ class ScopeLog:
         self.cache_writes: list[tuple[RunID, int, str]] = []
         #: One copy of each event type name (a few dozen at most), shared by the events.
         self._types: dict[str, str] = {}
+        #: Atomic appends (a commit, a batch, a creation, foreign events that appended)
+        #: and the commit records they wrote: what a durable store would fsync.
+        self.transactions = 0
+        self.appended = 0
+        self.largest_batch = 0
 
     # -- ownership -------------------------------------------------------------------
 
@@ -247,7 +279,64 @@ class ScopeLog:
         )
         projection.apply(run_id, decision.snapshot)
         self._write_cache(run_id, decision.snapshot)
+        self._count(1)
         return CommitResult(CommitStatus.ACCEPTED, decision.snapshot, decision.facts)
+
+    def commit_batch(
+        self, epoch: int, projection: Projection, requests: Sequence[CommitRequest]
+    ) -> BatchResult:
+        """Evaluate the batch *requests* (one Run) and append its evaluated prefix as one
+        atomic write (RUN-CMT-7); fenced by *epoch*.
+
+        Each request is evaluated as :meth:`commit` would on the log left by the earlier
+        ones (``evaluate_batch``); the first refusal ends the batch and is returned in
+        ``BatchResult.error``. Should an append fail midway, everything the batch
+        appended is taken back before the error propagates.
+
+        Raises: ValidationError (empty batch, mixed Runs), OwnershipLostError (nothing
+        written).
+        """
+        run_id = check_batch(requests)
+        self.check_epoch(epoch)
+        decisions, error = evaluate_batch(_View(self, projection), requests, scope=self.scope)
+        results = batch_results(decisions, lambda: self.load(run_id, projection))
+        appends = [(r, d) for r, d in zip(requests, decisions, strict=False)
+                   if isinstance(d, Append)]
+        if appends:
+            stream = run_stream(run_id)
+            mark = (len(self.commits), dict(self.cache), len(self.cache_writes))
+            try:
+                for request, d in appends:
+                    self._append(request.envelope.id, epoch,
+                                 [(stream, EVENT_TYPE_PREFIX + f.WIRE_NAME, encode_fact(f))
+                                  for f in d.facts])
+                    self._write_cache(run_id, d.snapshot)
+            except BaseException:
+                self._take_back(*mark)
+                raise
+            projection.apply(run_id, appends[-1][1].snapshot)
+            self._count(len(appends))
+        return BatchResult(results, error)
+
+    def _take_back(self, commits: int, cache: dict[RunID, Snapshot], cache_writes: int
+                   ) -> None:
+        """Undo the appends after the first *commits* commits (a failed batch)."""
+        for commit in reversed(self.commits[commits:]):
+            self.index.pop(commit.commit_id, None)
+            for e in reversed(commit.events):
+                events = self.streams[e.stream]
+                events.pop()
+                if not events:
+                    del self.streams[e.stream]
+        del self.commits[commits:]
+        self.cache.clear()
+        self.cache.update(cache)
+        del self.cache_writes[cache_writes:]
+
+    def _count(self, commits: int) -> None:
+        self.transactions += 1
+        self.appended += commits
+        self.largest_batch = max(self.largest_batch, commits)
 
     def create_run(
         self, epoch: int, projection: Projection, new_run: NewRun,
@@ -276,6 +365,7 @@ class ScopeLog:
         snap = Snapshot(state, len(group) - 1)
         projection.apply(new_run.run_id, snap)
         self._write_cache(new_run.run_id, snap)
+        self._count(1)
         return CommitResult(CommitStatus.ACCEPTED, snap, group)
 
     def append_events(
@@ -292,6 +382,7 @@ class ScopeLog:
             raise ValidationError("append_events needs at least one event")
         self._append(commit_id, epoch,
                      [(e.stream, e.type, typed_envelope(e.type, e.payload)) for e in events])
+        self._count(1)
         return CommitStatus.ACCEPTED
 
 

@@ -18,12 +18,14 @@ import attrs
 
 from ..protocol.commit import (
     Append,
+    BatchResult,
     CommitRequest,
     CommitResult,
     CommitStatus,
     Replay,
     Snapshot,
     create_group,
+    evaluate_batch,
     evaluate_commit,
     fold_run,
 )
@@ -34,11 +36,12 @@ from ..protocol.values import AgentInput, CommandID, Digest, NewRun, RunID, RunS
 from . import _sqlite_log as log
 from ._chain import genesis, link
 from ._group import JobBase, WriterStateBase, foreign_rows, run_items
-from ._scope import Projection
+from ._scope import Projection, batch_results
 from .base import ForeignEvent, check_foreign, run_stream
 
 __all__ = [
-    "WriterState", "Job", "CommitJob", "CreateJob", "AppendJob", "OpenJob", "PutJob",
+    "WriterState", "Job", "CommitJob", "BatchJob", "CreateJob", "AppendJob", "OpenJob",
+    "PutJob",
     "GroupTx", "Plan", "Change",
 ]
 
@@ -177,8 +180,7 @@ class GroupTx:
         ids: dict[Scope, list[str]] = {}
         runs: dict[Scope, list[RunID]] = {}
         for job in jobs:
-            if job.commit_key is not None:
-                scope, cid = job.commit_key
+            for scope, cid in job.commit_keys():
                 if cid:
                     ids.setdefault(scope, []).append(cid)
             if job.new_run_key is not None:
@@ -371,6 +373,10 @@ class Job(JobBase[T]):
         #: Set by the writer thread when the answer was handed to trio.
         self.answered = False
 
+    def commit_keys(self) -> tuple[tuple[Scope, str], ...]:
+        """The ``(scope, commit id)`` pairs the job looks up, for the group's prefetch."""
+        return (self.commit_key,) if self.commit_key is not None else ()
+
     def run(self, tx: GroupTx) -> tuple[T, Plan]:
         raise NotImplementedError
 
@@ -409,18 +415,60 @@ class CommitJob(Job[CommitResult]):
             return CommitResult(CommitStatus.ALREADY_APPLIED, tx.load(ws, run_id),
                                 decision.facts), plan
         assert isinstance(decision, Append)
-        facts, snap = decision.facts, decision.snapshot
-        first = snap.position - len(facts) + 1
-        stream = run_stream(run_id)
-        plan.commits.append(_Commit(
-            ws.scope, request.envelope.id, ws.epoch, run_id, first, facts,
-            [(stream, first + i, type_, data) for i, (type_, data) in enumerate(run_items(facts))],
-        ))
-        plan.advances[(ws.scope, run_id)] = (first - 1, snap.position, _active(snap))
-        was_open = before is not None and isinstance(before.state.current, Open)
-        plan.cache_after(ws.scope, run_id, snap, was_open=was_open)
-        plan.changes.append((ws, run_id, snap))
-        return CommitResult(CommitStatus.ACCEPTED, snap, facts), plan
+        plan.merge(_append_plan(ws, request, decision, before))
+        return CommitResult(CommitStatus.ACCEPTED, decision.snapshot, decision.facts), plan
+
+
+def _append_plan(ws: WriterState, request: CommitRequest, decision: Append,
+                 before: Snapshot | None) -> Plan:
+    """The rows of one accepted command: its commit record and events, the Run's head
+    and the cache entry (*before*: the Run's active snapshot before the command)."""
+    plan = Plan()
+    run_id = request.envelope.run_id
+    facts, snap = decision.facts, decision.snapshot
+    first = snap.position - len(facts) + 1
+    stream = run_stream(run_id)
+    plan.commits.append(_Commit(
+        ws.scope, request.envelope.id, ws.epoch, run_id, first, facts,
+        [(stream, first + i, type_, data) for i, (type_, data) in enumerate(run_items(facts))],
+    ))
+    plan.advances[(ws.scope, run_id)] = (first - 1, snap.position, _active(snap))
+    was_open = before is not None and isinstance(before.state.current, Open)
+    plan.cache_after(ws.scope, run_id, snap, was_open=was_open)
+    plan.changes.append((ws, run_id, snap))
+    return plan
+
+
+class BatchJob(Job[BatchResult]):
+    """Freeze bodies, then evaluate a batch of one Run's commands and append its
+    evaluated prefix (RUN-CMT-7): one job, so all its rows are in one transaction (which
+    it may share with other jobs of the group), and the projection moves after COMMIT."""
+
+    def __init__(self, ws: WriterState, requests: Sequence[CommitRequest],
+                 bodies: Sequence[tuple[Digest, bytes]]) -> None:
+        super().__init__()
+        self.ws = ws
+        self.requests = tuple(requests)
+        self.bodies = bodies
+
+    def commit_keys(self) -> tuple[tuple[Scope, str], ...]:
+        return tuple((self.ws.scope, r.envelope.id) for r in self.requests)
+
+    def run(self, tx: GroupTx) -> tuple[BatchResult, Plan]:
+        ws = self.ws
+        tx.check_epoch(ws)
+        plan = Plan()
+        for digest, data in self.bodies:
+            plan.frozen.setdefault(digest, data)
+        run_id = self.requests[0].envelope.run_id
+        before = tx.active(ws, run_id)
+        decisions, error = evaluate_batch(_View(tx, ws), self.requests, scope=ws.scope)
+        results = batch_results(decisions, lambda: tx.load(ws, run_id))
+        for request, decision in zip(self.requests, decisions, strict=False):
+            if isinstance(decision, Append):
+                plan.merge(_append_plan(ws, request, decision, before))
+                before = decision.snapshot
+        return BatchResult(results, error), plan
 
 
 class CreateJob(Job[CommitResult]):

@@ -41,6 +41,7 @@ from ..protocol.values import Digest
 from ._group import GroupCounters, GroupStatistics
 from ._sqlite_jobs import (
     AppendJob,
+    BatchJob,
     Change,
     CommitJob,
     CreateJob,
@@ -54,7 +55,7 @@ from ._sqlite_jobs import (
 from ._sqlite_schema import corrupt, is_damage
 
 __all__ = [
-    "WriterState", "WriterStatistics", "Job", "CommitJob", "CreateJob", "AppendJob",
+    "WriterState", "WriterStatistics", "Job", "CommitJob", "BatchJob", "CreateJob", "AppendJob",
     "OpenJob", "PutJob", "WriterThread",
 ]
 
@@ -67,9 +68,10 @@ WRITER_CACHED_STATEMENTS = 1024
 class WriterStatistics(GroupStatistics):
     """A snapshot of the writer's counters (style §2.5).
 
-    ``transactions`` counts committed write transactions, ``jobs`` the jobs they carried
-    (accepted or refused), ``accepted`` the commits that appended, ``largest_group`` the
-    most jobs in one transaction, ``queued`` the jobs waiting right now,
+    ``transactions`` counts committed write transactions (each one ``COMMIT``, fsynced:
+    ``synchronous=FULL``), ``jobs`` the jobs they carried (accepted or refused; a batch
+    commit is one job, RUN-CMT-7), ``accepted`` the commit records that appended,
+    ``largest_group`` the most jobs in one transaction, ``queued`` the jobs waiting right now,
     ``fallback_groups`` the groups whose multi-row write failed and that were re-run job
     by job, ``in_flight`` the jobs submitted whose answer trio has not received yet
     (queued, being written, or answered but not yet handed back to the trio loop).

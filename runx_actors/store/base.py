@@ -13,7 +13,15 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot
+from ..protocol.commit import (
+    BatchResult,
+    CommitRequest,
+    CommitResult,
+    CommitStatus,
+    Snapshot,
+    batch_refusal,
+    check_batch,
+)
 from ..protocol.errors import ValidationError
 from ..protocol.facts import EVENT_TYPE_PREFIX, Fact
 from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
@@ -21,6 +29,7 @@ from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, S
 __all__ = [
     "ForeignEvent", "StoredEvent", "StreamRecord", "FrozenStore", "RunStore", "SessionWriter",
     "SessionReader", "SessionStore", "RUN_STREAM_PREFIX", "run_stream", "check_foreign",
+    "commit_batch",
 ]
 
 RUN_STREAM_PREFIX = "run/"
@@ -95,6 +104,16 @@ class RunStore(Protocol):
     async def commit(self, request: CommitRequest) -> CommitResult:
         """Freeze bodies, then evaluate and append atomically (§4.2, §4.3)."""
 
+    async def commit_batch(self, requests: Sequence[CommitRequest]) -> BatchResult:
+        """Commit *requests* (one Run) in order, as one transaction (RUN-CMT-7).
+
+        Each request is evaluated as ``commit`` would on the scope left by the earlier
+        ones; the batch stops at the first refusal. The evaluated prefix is appended
+        atomically (one durable commit); the refusal is returned in ``error``.
+        Raises: ValidationError (empty batch, mixed Runs; nothing written),
+        OwnershipLostError and store errors (nothing of the batch written).
+        """
+
     async def frozen_request(self, digest: Digest) -> ModelRequest:
         """The frozen model request; FrozenValueMissingError."""
 
@@ -145,3 +164,32 @@ class SessionStore(Protocol):
     def frozen(self) -> FrozenStore: ...
 
 
+
+
+async def commit_batch(store: RunStore, requests: Sequence[CommitRequest]) -> BatchResult:
+    """Commit a batch through *store* (RUN-CMT-7).
+
+    Uses ``store.commit_batch`` when the store has one (one transaction). Otherwise (a
+    RunStore written before batches) it commits the requests one by one with
+    ``store.commit``, stopping at the first refusal: the same BatchResult, but without
+    the shared transaction (a crash can leave a prefix of the batch durable).
+
+    Raises:
+        ValidationError: empty batch or requests naming different Runs (nothing written).
+        OwnershipLostError, store errors: as ``commit`` (earlier requests of the batch
+            may be durable on the fallback path).
+    """
+    method = getattr(store, "commit_batch", None)
+    if method is not None:
+        result: BatchResult = await method(requests)
+        return result
+    check_batch(requests)
+    results: list[CommitResult] = []
+    for request in requests:
+        try:
+            results.append(await store.commit(request))
+        except Exception as exc:
+            if not batch_refusal(exc):
+                raise
+            return BatchResult(results, exc)
+    return BatchResult(results, None)

@@ -11,12 +11,20 @@ from collections.abc import Sequence
 import trio
 
 from ..protocol.canonical import decode_frozen
-from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot
+from ..protocol.commit import (
+    BatchResult,
+    CommitRequest,
+    CommitResult,
+    CommitStatus,
+    Snapshot,
+    check_batch,
+)
 from ..protocol.digests import model_request_from_json
 from ..protocol.errors import ValidationError
 from ..protocol.facts import Fact
 from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
-from ._freeze import bodies_of
+from ._freeze import batch_bodies, bodies_of
+from ._group import GroupStatistics
 from ._scope import FrozenBodies, Projection, ScopeLog
 from .base import ForeignEvent, StreamRecord
 
@@ -77,6 +85,19 @@ class MemoryStore:
 
     def live_projection(self, scope: Scope) -> Projection | None:
         return self._live.get(scope)
+
+    def statistics(self) -> GroupStatistics:
+        """Counters of the atomic appends of every scope (RUN-CMT-7): ``transactions``
+        is what a durable store would fsync (a commit, a batch, a creation, foreign
+        events), ``accepted`` the commit records they appended, ``largest_group`` the
+        most commit records one batch appended. ``jobs`` equals ``transactions``."""
+        logs = list(self._scopes.values())
+        transactions = sum(log.transactions for log in logs)
+        return GroupStatistics(
+            transactions=transactions, jobs=transactions,
+            accepted=sum(log.appended for log in logs),
+            largest_group=max((log.largest_batch for log in logs), default=0),
+            failed_transactions=0, queued=0)
 
     async def cached_projection(self, scope: Scope) -> dict[RunID, Snapshot]:
         """The durable projection cache of *scope* (for tests and diagnostics). Checkpoint."""
@@ -154,6 +175,10 @@ class MemoryWriter(MemoryReader):
     async def commit(self, request: CommitRequest) -> CommitResult:
         return await self._run_store.commit(request)
 
+    async def commit_batch(self, requests: Sequence[CommitRequest]) -> BatchResult:
+        """``run_store().commit_batch(requests)`` (RUN-CMT-7)."""
+        return await self._run_store.commit_batch(requests)
+
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()
 
@@ -188,6 +213,29 @@ class MemoryRunStore:
         for digest, data in bodies:
             frozen.put(digest, data)
         return w.log.commit(w.epoch, w._projection, request)
+
+    async def commit_batch(self, requests: Sequence[CommitRequest]) -> BatchResult:
+        """Freeze the bodies (§4.2), then evaluate the batch and append its evaluated
+        prefix atomically (RUN-CMT-7; see ``ScopeLog.commit_batch``). One checkpoint,
+        before anything is stored: a cancellation there leaves nothing written.
+
+        Returns: BatchResult (the refusal that ended the batch in ``error``).
+        Raises: ValidationError (empty batch, mixed Runs; nothing written),
+        OwnershipLostError (fenced; nothing of the batch written).
+        """
+        check_batch(requests)
+        bodies, count, error = batch_bodies(requests)
+        await trio.lowlevel.checkpoint()
+        w = self._writer
+        if count == 0:  # as ``commit``: a body that cannot be frozen is refused first
+            return BatchResult((), error)
+        frozen = w._store.frozen.bodies
+        for digest, data in bodies:
+            frozen.put(digest, data)
+        result = w.log.commit_batch(w.epoch, w._projection, requests[:count])
+        if result.error is None and error is not None:
+            return BatchResult(result.results, error)
+        return result
 
     async def frozen_request(self, digest: Digest) -> ModelRequest:
         """The frozen model request. Raises FrozenValueMissingError."""

@@ -48,7 +48,7 @@ import psycopg
 import trio
 from psycopg_pool import ConnectionPool
 
-from ..protocol.commit import CommitRequest, CommitResult, CommitStatus
+from ..protocol.commit import BatchResult, CommitRequest, CommitResult, CommitStatus
 from ..protocol.errors import CorruptStoreError, ValidationError
 from ..protocol.values import AgentInput, Digest, NewRun, Scope
 from . import _pg_log as log
@@ -57,6 +57,7 @@ from ._group import GroupCounters, GroupStatistics
 from ._pg_schema import ensure_schema, is_damage, make_pool
 from ._pg_writer import (
     AppendJob,
+    BatchJob,
     CommitJob,
     CreateJob,
     GroupResult,
@@ -80,10 +81,11 @@ T = TypeVar("T")
 class PostgresStatistics(GroupStatistics):
     """A snapshot of the store's group-commit counters (style §2.5).
 
-    ``transactions`` counts committed group transactions, ``jobs`` the jobs they carried
-    (accepted or refused), ``accepted`` the jobs that appended, ``largest_group`` the most
-    jobs in one transaction, ``failed_transactions`` the groups whose transaction failed
-    (outcome unknown), ``queued`` the jobs waiting right now.
+    ``transactions`` counts committed group transactions (each one ``COMMIT`` with
+    ``synchronous_commit = on``), ``jobs`` the jobs they carried (accepted or refused; a
+    batch commit is one job, RUN-CMT-7), ``accepted`` the commit records appended,
+    ``largest_group`` the most jobs in one transaction, ``failed_transactions`` the
+    groups whose transaction failed (outcome unknown), ``queued`` the jobs waiting now.
     """
 
 
@@ -193,6 +195,12 @@ class PostgresStore(SqlStoreBase[PgWriterState]):
         bodies: tuple[tuple[Digest, bytes], ...],
     ) -> CommitResult:
         return await self._submit(ws, CommitJob(request, bodies))
+
+    async def _commit_batch(
+        self, ws: PgWriterState, requests: Sequence[CommitRequest],
+        bodies: tuple[tuple[Digest, bytes], ...],
+    ) -> BatchResult:
+        return await self._submit(ws, BatchJob(requests, bodies))
 
     async def _flush(self, ws: PgWriterState) -> None:
         """Run *ws*'s queued jobs group by group until its queue is empty (shielded)."""

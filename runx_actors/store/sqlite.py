@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..protocol.commit import CommitRequest, CommitResult, CommitStatus
+from ..protocol.commit import BatchResult, CommitRequest, CommitResult, CommitStatus
 from ..protocol.errors import ValidationError
 from ..protocol.values import AgentInput, Digest, NewRun, Scope
 from . import _sqlite_log as log
@@ -53,6 +53,7 @@ from ._sqlite_schema import (
 from ._sqlite_writer import (
     WRITER_CACHED_STATEMENTS,
     AppendJob,
+    BatchJob,
     CommitJob,
     CreateJob,
     Job,
@@ -205,6 +206,12 @@ class SqliteStore(SqlStoreBase[WriterState]):
         self, ws: WriterState, request: CommitRequest, bodies: tuple[tuple[Digest, bytes], ...]
     ) -> CommitResult:
         return await self._submit(CommitJob(ws, request, bodies))
+
+    async def _commit_batch(
+        self, ws: WriterState, requests: Sequence[CommitRequest],
+        bodies: tuple[tuple[Digest, bytes], ...],
+    ) -> BatchResult:
+        return await self._submit(BatchJob(ws, requests, bodies))
 
     async def open(self, scope: Scope) -> SqliteWriter:
         """Bump *scope*'s persisted epoch and return its writer (RUN-CMT-6). Checkpoint.

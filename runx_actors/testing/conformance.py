@@ -34,11 +34,14 @@ from ..protocol import commands as C
 from ..protocol import facts as F
 from ..protocol.canonical import sha256_digest, typed_envelope
 from ..protocol.commit import (
+    Append,
+    BatchResult,
     CommitRequest,
     CommitResult,
     CommitStatus,
     Snapshot,
     envelope,
+    evaluate_commit,
     fold_run,
 )
 from ..protocol.errors import (
@@ -65,7 +68,7 @@ from ..protocol.values import (
     ToolCallStatus,
     ToolFailureOutcome,
 )
-from ..store.base import ForeignEvent
+from ..store.base import ForeignEvent, commit_batch
 from ..store.memory import MemoryStore
 from . import builders as b
 from .builders import Built
@@ -79,6 +82,8 @@ __all__ = [
     "test_store_prepare_cas", "test_store_projection", "test_store_settlement_replay",
     "test_store_isolation", "test_store_takeover", "test_store_reattach",
     "test_store_ownership_lost", "test_store_frozen_values",
+    "test_store_batch_prefix", "test_store_batch_replay", "test_store_batch_fenced",
+    "test_store_batch_validation", "batch_requests",
 ]
 
 #: A zero-argument callable giving an async context manager that yields a fresh store.
@@ -208,6 +213,46 @@ def _call_status(state: MachineState, index: int) -> ToolCallStatus:
 
 def _wire(facts: Iterable[F.Fact]) -> list[str]:
     return [f.WIRE_NAME for f in facts]
+
+
+class _Ahead:
+    """A CommitView of one Run at a snapshot, to predict the states of a batch."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+
+    def replay_facts(self, command_id: str, run_id: RunID) -> tuple[F.Fact, ...] | None:
+        return None
+
+    def active(self, run_id: RunID) -> Snapshot | None:
+        return self.snap if self.snap.state.status is RunStatus.ACTIVE else None
+
+    def stream_exists(self, run_id: RunID) -> bool:
+        return True
+
+
+def batch_requests(run_id: RunID, snap: Snapshot,
+                   *builds: Callable[[Snapshot], Built]) -> list[CommitRequest]:
+    """The requests of a batch built from *snap* (RUN-CMT-7): each builder gets the
+    snapshot the earlier ones leave (predicted with ``evaluate_commit``) and its request
+    names that position as its base. Raises AssertionError if one would be refused."""
+    requests = []
+    for build in builds:
+        command_id, command = build(snap)
+        request = CommitRequest(snap.position, envelope(run_id, command_id, command))
+        decision = evaluate_commit(_Ahead(snap), request)
+        assert isinstance(decision, Append), decision
+        snap = decision.snapshot
+        requests.append(request)
+    return requests
+
+
+async def _batch(writer: Any, requests: list[CommitRequest]) -> BatchResult:
+    return await commit_batch(writer.run_store(), requests)
+
+
+def _same(actual: Any, expected: Any, what: str) -> None:
+    assert actual == expected, f"{what}:\n  expected {expected!r}\n  actual   {actual!r}"
 
 
 # -- the scenarios ---------------------------------------------------------------------
@@ -816,6 +861,184 @@ async def test_store_frozen_values(store_factory: StoreFactory) -> None:
             await w.run_store().frozen_request(sha256_digest(b"never stored"))
 
 
+async def test_store_batch_prefix(store_factory: StoreFactory) -> None:
+    """RUN-CMT-7: a batch is its requests committed in order; a Prepare in it names the
+    position the earlier request left; a refusal in the middle keeps the prefix and
+    writes nothing of itself or of what follows (their ids stay free)."""
+    async with store_factory() as store:
+        w = await store.open(SCOPE)
+        await _create(w, "run-1", "in-1")
+        snap = await _load(w, "run-1")
+
+        # A refused request in the middle: a Prepare whose base is the position before
+        # the first request, not the one it leaves. The prefix is appended, nothing after.
+        first = CommitRequest(0, envelope("run-1", *b.accept_input(snap.state, "in-2")))
+        stale = CommitRequest(snap.position, envelope(
+            "run-1", *b.prepare(snap.state, snap.position)))
+        after = CommitRequest(0, envelope("run-1", *b.accept_input(snap.state, "in-3")))
+        before = await _facts(store, "run-1")
+        part = await _batch(w, [first, stale, after])
+        assert isinstance(part.error, StaleRuntimeError), part
+        _same([r.status for r in part.results], [CommitStatus.ACCEPTED], "prefix statuses")
+        _same(await _facts(store, "run-1"), before + part.results[0].facts,
+              "facts after a refusal in the middle")
+        _same(await _load(w, "run-1"), part.results[0].snapshot, "load after the prefix")
+        _same(await _record(store, "run-1"), part.results[0].snapshot,
+              "record after the prefix")
+        # A refusal first: nothing written at all.
+        head = await _facts(store, "run-1")
+        nothing = await _batch(w, [stale, after])
+        assert isinstance(nothing.error, StaleRuntimeError), nothing
+        _same(nothing.results, (), "results of a batch refused first")
+        _same(await _facts(store, "run-1"), head, "facts after a batch refused first")
+        # The request after the refusal was not written: its id is still free.
+        late = await _commit(w, "run-1", (after.envelope.id, after.envelope.command), base=0)
+        _same(late.status, CommitStatus.ACCEPTED, "the id after the refusal")
+
+        # A whole chain: input, the Prepare at the position it leaves, the start.
+        snap = await _load(w, "run-1")
+        chain = batch_requests(
+            "run-1", snap,
+            lambda s: b.accept_input(s.state, "in-4"),
+            lambda s: b.prepare(s.state, s.position),
+            lambda s: b.start_model(s.state),
+        )
+        _same(chain[1].base, snap.position + 1, "the Prepare's base")
+        done = await _batch(w, chain)
+        _same(done.error, None, "batch error")
+        _same([r.status for r in done.results], [CommitStatus.ACCEPTED] * 3, "statuses")
+        _same([r.snapshot.position for r in done.results],
+              [snap.position + 1, snap.position + 2, snap.position + 3], "positions")
+        facts = await _facts(store, "run-1")
+        _same(facts[snap.position + 1:], tuple(f for r in done.results for f in r.facts),
+              "facts appended")
+        last = done.results[-1].snapshot
+        _same(await _load(w, "run-1"), last, "load after the batch")
+        _same(await _record(store, "run-1"), last, "record after the batch")
+        step = last.state.current
+        assert isinstance(step, ModelStep) and step.status is ModelStepStatus.EXECUTING
+        # The settlement and the starts it enables, as one batch.
+        fused = batch_requests(
+            "run-1", last,
+            lambda s: b.model_result(s.state, tool_calls=[("tool-0", "{}"),
+                                                          ("tool-1", "{}")]),
+            lambda s: b.start_tool(s.state, 0),
+            lambda s: b.start_tool(s.state, 1),
+        )
+        tools = await _batch(w, fused)
+        _same(tools.error, None, "settle-and-start batch error")
+        state = tools.results[-1].snapshot.state
+        _same([_call_status(state, i) for i in (0, 1)], [ToolCallStatus.EXECUTING] * 2,
+              "call statuses after the batch")
+        _same(await _record(store, "run-1"), tools.results[-1].snapshot, "record at the end")
+
+
+async def test_store_batch_replay(store_factory: StoreFactory) -> None:
+    """RUN-CMT-7: a batch sent again answers ALREADY_APPLIED with the original facts and
+    today's snapshot; a batch re-sending an applied first command and a new second one
+    replays the first and appends the second; a request repeating an earlier id of the
+    same batch replays it; a Run ended inside a batch refuses the next request."""
+    async with store_factory() as store:
+        w = await store.open(SCOPE)
+        await _create(w, "run-1", "in-1")
+        snap = await _load(w, "run-1")
+        chain = batch_requests("run-1", snap,
+                               lambda s: b.prepare(s.state, s.position),
+                               lambda s: b.start_model(s.state))
+        first = await _batch(w, chain)
+        _same(first.error, None, "first batch error")
+        facts = await _facts(store, "run-1")
+        again = await _batch(w, chain)
+        _same(again.error, None, "replayed batch error")
+        _same([r.status for r in again.results], [CommitStatus.ALREADY_APPLIED] * 2,
+              "replay statuses")
+        _same([r.facts for r in again.results], [r.facts for r in first.results],
+              "replayed facts")
+        now = await _load(w, "run-1")
+        _same([r.snapshot for r in again.results], [now, now], "replay snapshots")
+        _same(await _facts(store, "run-1"), facts, "facts after the replay")
+
+        # An applied first command plus a new second one.
+        new = CommitRequest(0, envelope("run-1", *b.accept_input(now.state, "in-2")))
+        mixed = await _batch(w, [chain[1], new])
+        _same(mixed.error, None, "mixed batch error")
+        _same([r.status for r in mixed.results],
+              [CommitStatus.ALREADY_APPLIED, CommitStatus.ACCEPTED], "mixed statuses")
+        _same(mixed.results[0].facts, first.results[1].facts, "replayed start facts")
+        _same(mixed.results[0].snapshot, now, "snapshot of the replay before the append")
+        _same(await _facts(store, "run-1"), facts + mixed.results[1].facts,
+              "facts after the mixed batch")
+
+        # The same id twice in one batch: the second replays the first.
+        cur = await _load(w, "run-1")
+        dup = CommitRequest(0, envelope("run-1", *b.accept_input(cur.state, "in-3")))
+        twice = await _batch(w, [dup, dup])
+        _same([r.status for r in twice.results],
+              [CommitStatus.ACCEPTED, CommitStatus.ALREADY_APPLIED], "duplicate statuses")
+        _same(twice.results[1].facts, twice.results[0].facts, "duplicate facts")
+        _same(twice.results[1].snapshot, twice.results[0].snapshot, "duplicate snapshot")
+        _same(len(await _facts(store, "run-1")), cur.position + 2, "facts after duplicate")
+
+        # A Run ended by an earlier request of the batch.
+        cur = await _load(w, "run-1")
+        cancel = CommitRequest(0, envelope("run-1", *b.cancel(cur.state, "cancelled")))
+        late = CommitRequest(0, envelope("run-1", *b.accept_input(cur.state, "in-4")))
+        ended = await _batch(w, [cancel, late])
+        assert isinstance(ended.error, RunTerminalError), ended
+        _same([r.snapshot.state.status for r in ended.results], [RunStatus.STOPPED],
+              "status after the cancel")
+        _same(await _record(store, "run-1"), ended.results[0].snapshot, "record at the end")
+        replay_end = await _batch(w, [cancel])
+        _same([r.status for r in replay_end.results], [CommitStatus.ALREADY_APPLIED],
+              "cancel replayed after the end")
+        _same(replay_end.results[0].snapshot, ended.results[0].snapshot,
+              "ended snapshot of the replay")
+
+
+async def test_store_batch_fenced(store_factory: StoreFactory) -> None:
+    """RUN-CMT-7: a fenced writer's batch raises OwnershipLostError and writes nothing;
+    the new owner can commit the same batch."""
+    async with store_factory() as store:
+        old = await store.open(SCOPE)
+        await _create(old, "run-1", "in-1")
+        snap = await _load(old, "run-1")
+        chain = batch_requests("run-1", snap,
+                               lambda s: b.accept_input(s.state, "in-2"),
+                               lambda s: b.prepare(s.state, s.position))
+        new = await store.open(SCOPE)
+        before = await _facts(store, "run-1")
+        with pytest.raises(OwnershipLostError):
+            await _batch(old, chain)
+        _same(await _facts(store, "run-1"), before, "facts after a fenced batch")
+        _same(old.projection(), {"run-1": snap}, "the fenced writer's projection")
+        done = await _batch(new, chain)
+        _same([r.status for r in done.results], [CommitStatus.ACCEPTED] * 2,
+              "the new owner's batch")
+
+
+async def test_store_batch_validation(store_factory: StoreFactory) -> None:
+    """RUN-CMT-7: an empty batch and a batch naming two Runs are ValidationErrors and
+    write nothing."""
+    async with store_factory() as store:
+        w = await store.open(SCOPE)
+        await _create(w, "run-1", "in-1")
+        await _create(w, "run-2", "in-1")
+        s1, s2 = await _load(w, "run-1"), await _load(w, "run-2")
+        one = CommitRequest(0, envelope("run-1", *b.accept_input(s1.state, "a")))
+        two = CommitRequest(0, envelope("run-2", *b.accept_input(s2.state, "a")))
+        with pytest.raises(ValidationError):
+            await _batch(w, [])
+        with pytest.raises(ValidationError):
+            await _batch(w, [one, two])
+        _same(await _facts(store, "run-1"), (await _facts(store, "run-1"))[:2], "run-1")
+        _same(len(await _facts(store, "run-1")), 2, "facts of run-1 after the refusals")
+        _same(len(await _facts(store, "run-2")), 2, "facts of run-2 after the refusals")
+        # Nothing was written: both ids are free.
+        for request in (one, two):
+            ok = await _batch(w, [request])
+            _same([r.status for r in ok.results], [CommitStatus.ACCEPTED], "free id")
+
+
 #: Every scenario by its name, in spec order.
 SCENARIOS: dict[str, Callable[[StoreFactory], Awaitable[None]]] = {
     f.__name__: f
@@ -826,5 +1049,7 @@ SCENARIOS: dict[str, Callable[[StoreFactory], Awaitable[None]]] = {
         test_store_prepare_cas, test_store_projection, test_store_settlement_replay,
         test_store_isolation, test_store_takeover, test_store_reattach,
         test_store_ownership_lost, test_store_frozen_values,
+        test_store_batch_prefix, test_store_batch_replay, test_store_batch_fenced,
+        test_store_batch_validation,
     )
 }

@@ -20,15 +20,16 @@ ambiguous, which the loop must then reconcile without starting the tool again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
 
 from ..effect import Assignment, AssignmentKey, Outcome
-from ..protocol.commit import CommitRequest, CommitResult
+from ..protocol.commit import BatchResult, CommitRequest, CommitResult
 from ..protocol.errors import DispatchRetryableError, DispatchUnknownError, OutcomeNotReadyError
 from ..protocol.values import Scope
+from ..store.base import commit_batch
 
 __all__ = ["AmbiguousCommitError", "FaultyRunStore", "FaultyWriter", "FaultyStore",
            "FaultyExecutor"]
@@ -53,7 +54,12 @@ class FaultyRunStore:
     """Wrap a RunStore. ``fail_after(pred)`` makes commits matching *pred* raise
     AmbiguousCommitError after applying (once each by default); ``fail_before(pred)``
     raises without applying; ``delay(pred, event)`` holds a commit until *event* is set.
-    ``attempts`` lists every CommitRequest seen, in order."""
+    ``attempts`` lists every CommitRequest seen, in order.
+
+    ``commit_batch`` (RUN-CMT-7) applies the same rules to a whole batch when any of its
+    requests matches (one use of the rule per batch): a delay holds the batch, fail_before
+    raises with nothing of the batch applied, fail_after raises once the whole batch
+    committed (an ambiguous batch commit)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -84,6 +90,15 @@ class FaultyRunStore:
                 return True
         return False
 
+    @staticmethod
+    def _take_any(rules: list[tuple[Callable[[CommitRequest], bool], list[int]]],
+                  requests: Sequence[CommitRequest]) -> bool:
+        for pred, left in rules:
+            if left[0] > 0 and any(pred(r) for r in requests):
+                left[0] -= 1
+                return True
+        return False
+
     async def load(self, run_id: str) -> Any:
         return await self.inner.load(run_id)
 
@@ -100,6 +115,21 @@ class FaultyRunStore:
             raise AmbiguousCommitError("injected failure before commit")
         result: CommitResult = await self.inner.commit(request)
         if self._take(self._after, request):
+            raise AmbiguousCommitError("injected failure after commit")
+        return result
+
+    async def commit_batch(self, requests: Sequence[CommitRequest]) -> BatchResult:
+        """The inner store's batch commit (``store.base.commit_batch``) under the rules
+        (see the class docstring). Raises AmbiguousCommitError as injected."""
+        self.attempts.extend(requests)
+        for pred, event in self._delays:
+            if any(pred(r) for r in requests):
+                await event.wait()
+        if self._take_any(self._before, requests):
+            await trio.lowlevel.checkpoint()
+            raise AmbiguousCommitError("injected failure before commit")
+        result = await commit_batch(self.inner, requests)
+        if self._take_any(self._after, requests):
             raise AmbiguousCommitError("injected failure after commit")
         return result
 

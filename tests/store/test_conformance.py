@@ -18,6 +18,10 @@ from runx_actors.testing.conformance import (
     StoreFactory,
     memory_store_factory,
     test_store_admission,
+    test_store_batch_fenced,
+    test_store_batch_prefix,
+    test_store_batch_replay,
+    test_store_batch_validation,
     test_store_creation,
     test_store_decline_tool_call,
     test_store_frozen_values,
@@ -42,6 +46,8 @@ __all__ = [
     "test_store_projection", "test_store_reattach", "test_store_replay_and_base",
     "test_store_settlement_replay", "test_store_settlement_snapshot",
     "test_store_start_and_effect", "test_store_takeover",
+    "test_store_batch_prefix", "test_store_batch_replay", "test_store_batch_fenced",
+    "test_store_batch_validation",
 ]
 
 
@@ -63,7 +69,8 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[St
 
 
 def test_every_scenario_is_collected() -> None:
-    """Scenarios 98-113 are all here, under their spec names."""
-    assert len(SCENARIOS) == 16
+    """Scenarios 98-113 and the batch scenarios (RUN-CMT-7) are all here, under their
+    spec names."""
+    assert len(SCENARIOS) == 20
     assert set(SCENARIOS) == set(__all__)
     assert all(globals()[name] is fn for name, fn in SCENARIOS.items())

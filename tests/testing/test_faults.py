@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from runx_actors import effect
 from runx_actors.executors import (
@@ -130,3 +131,61 @@ async def test_runtime_survives_a_lost_dispatch_receipt() -> None:
     assert (result.disposition.value, result.reason) == ("waiting", "execution_recovery")
     assert runs == [1]
     assert sum(1 for a in faulty.dispatches if a.kind == "tool") == 1
+
+
+async def test_faulty_run_store_batches() -> None:
+    """RUN-CMT-7: the rules apply to a batch when any of its requests matches:
+    fail_before writes nothing of it, fail_after commits all of it then raises (the
+    batch replays), a delay holds the whole batch; a store without ``commit_batch``
+    goes through ``store.base.commit_batch``'s one-by-one fallback."""
+    from runx_actors.store.base import commit_batch
+    from runx_actors.testing.conformance import batch_requests
+
+    store = FaultyStore(MemoryStore())
+    writer = await store.open("s")
+    await writer.create_run(NewRun("r"), [b.agent_input("in-1")], commit_id="c")
+    rs = writer.run_store()
+    snap = await rs.load("r")
+    chain = batch_requests("r", snap, lambda s: b.accept_input(s.state, "in-2"),
+                           lambda s: b.prepare(s.state, s.position))
+    is_prepare = lambda r: isinstance(r.envelope.command, C.PrepareModelRequest)  # noqa: E731
+    reader = await store.reader("s")
+    store.plan.fail_before(is_prepare)
+    with pytest.raises(AmbiguousCommitError):
+        await rs.commit_batch(chain)
+    assert len(await reader.run_facts("r")) == 2, "fail_before wrote part of the batch"
+    store.plan.fail_after(is_prepare)
+    with pytest.raises(AmbiguousCommitError):
+        await rs.commit_batch(chain)
+    assert len(await reader.run_facts("r")) == 4, "fail_after did not commit the batch"
+    again = await rs.commit_batch(chain)
+    assert [r.status for r in again.results] == [CommitStatus.ALREADY_APPLIED] * 2
+    assert store.plan.attempts == chain * 3
+
+    gate = trio.Event()
+    later = batch_requests("r", await rs.load("r"), lambda s: b.start_model(s.state))
+    store.plan.delay(lambda r: r is later[0], gate)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(rs.commit_batch, later)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(await reader.run_facts("r")) == 4, "a delayed batch committed"
+        gate.set()
+    assert len(await reader.run_facts("r")) == 5
+
+    class OneByOne:  # a third-party RunStore without commit_batch
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+            self.commits = 0
+
+        async def commit(self, request: CommitRequest) -> Any:
+            self.commits += 1
+            return await self.inner.commit(request)
+
+    plain = OneByOne(writer.inner.run_store())
+    snap = await rs.load("r")
+    cancel = CommitRequest(0, envelope("r", *b.cancel(snap.state, "cancelled")))
+    late = CommitRequest(0, envelope("r", *b.accept_input(snap.state, "in-9")))
+    result = await commit_batch(plain, [cancel, late, late])
+    assert plain.commits == 2 and len(result.results) == 1
+    assert result.results[0].snapshot.state.status is RunStatus.STOPPED
+    assert type(result.error).__name__ == "RunTerminalError"
