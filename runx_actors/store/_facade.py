@@ -94,9 +94,10 @@ class SqlStoreBase(Generic[WS]):
 
     async def _commit_batch(
         self, ws: WS, requests: Sequence[CommitRequest],
-        bodies: tuple[tuple[Digest, bytes], ...],
+        bodies: tuple[tuple[tuple[Digest, bytes], ...], ...],
     ) -> BatchResult:
-        """Queue one batch job (RUN-CMT-7): all its rows in one transaction."""
+        """Queue one batch job (RUN-CMT-7): all its rows in one transaction. ``bodies[i]``
+        are request *i*'s; only those of the requests evaluated are stored."""
         raise NotImplementedError
 
     @property
@@ -297,12 +298,12 @@ class SqlRunStore(Generic[W]):
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         check_batch(requests)
-        bodies, count, error = batch_bodies(requests)
-        if count == 0:
+        bodies, error = batch_bodies(requests)
+        if not bodies:  # as ``commit``: a body that cannot be frozen is refused first
             await trio.lowlevel.checkpoint()
             return BatchResult((), error)
         store: SqlStoreBase[Any] = self._writer._store
-        result = await store._commit_batch(self._writer._ws, requests[:count], bodies)
+        result = await store._commit_batch(self._writer._ws, requests[:len(bodies)], bodies)
         if result.error is None and error is not None:
             return BatchResult(result.results, error)
         return result

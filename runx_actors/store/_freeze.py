@@ -36,20 +36,19 @@ def bodies_of(command: C.Command) -> tuple[tuple[Digest, bytes], ...]:
 
 def batch_bodies(
     requests: Sequence[CommitRequest],
-) -> tuple[tuple[tuple[Digest, bytes], ...], int, Exception | None]:
-    """Step 0 of a batch commit (RUN-CMT-7): the bodies of the requests, in order.
+) -> tuple[tuple[tuple[tuple[Digest, bytes], ...], ...], Exception | None]:
+    """Step 0 of a batch commit (RUN-CMT-7): the bodies of each request, in order.
 
-    Returns ``(bodies, count, error)``: the bodies of the first *count* requests, and the
-    refusal of request *count* when its bodies cannot be frozen (the batch stops there,
-    as committing the requests one by one would), else ``count == len(requests)`` and
-    ``error`` None.
+    Returns ``(bodies, error)``: ``bodies[i]`` are request *i*'s; when a request's bodies
+    cannot be frozen, ``bodies`` stops before it and ``error`` is its refusal (the batch
+    stops there, as committing the requests one by one would), else ``error`` is None.
     """
-    bodies: list[tuple[Digest, bytes]] = []
-    for count, request in enumerate(requests):
+    bodies: list[tuple[tuple[Digest, bytes], ...]] = []
+    for request in requests:
         try:
-            bodies += bodies_of(request.envelope.command)
+            bodies.append(bodies_of(request.envelope.command))
         except Exception as exc:
             if not batch_refusal(exc):
                 raise
-            return tuple(bodies), count, exc
-    return tuple(bodies), len(requests), None
+            return tuple(bodies), exc
+    return tuple(bodies), None

@@ -214,18 +214,21 @@ class BatchJob(Job[BatchResult]):
     its rows are all committed or none."""
 
     def __init__(self, requests: Sequence[CommitRequest],
-                 bodies: Sequence[tuple[Digest, bytes]]) -> None:
+                 bodies: Sequence[Sequence[tuple[Digest, bytes]]]) -> None:
         super().__init__()
         self.requests = tuple(requests)
+        #: The bodies of each request (only the evaluated requests' are stored, as
+        #: ``commit`` stores none of a refused command's).
         self.bodies = bodies
         self.run_id = self.requests[0].envelope.run_id
 
     def run(self, tx: _Tx) -> tuple[BatchResult, Sequence[Change]]:
         run_id = self.requests[0].envelope.run_id
-        for digest, data in self.bodies:
-            log.frozen_put(tx.conn, digest, data)
         before = tx.active(run_id)
         decisions, error = evaluate_batch(_View(tx), self.requests, scope=tx.scope)
+        for each in self.bodies[:len(decisions)]:  # before the facts that name them
+            for digest, data in each:
+                log.frozen_put(tx.conn, digest, data)
         results = batch_results(decisions, lambda: tx.load(run_id))
         changes: list[Change] = []
         for request, decision in zip(self.requests, decisions, strict=False):

@@ -129,6 +129,14 @@ class FrozenBodies:
     def __len__(self) -> int:
         return len(self._bodies)
 
+    def __contains__(self, digest: object) -> bool:
+        return digest in self._bodies
+
+    def discard(self, digests: Sequence[Digest]) -> None:
+        """Forget *digests* (bodies a failed batch had just stored, RUN-CMT-7)."""
+        for digest in digests:
+            self._bodies.pop(digest, None)
+
 
 class Projection:
     """The machine projection of one writer: active Runs' snapshots (RUN-CMT-2)."""

@@ -445,10 +445,12 @@ class BatchJob(Job[BatchResult]):
     it may share with other jobs of the group), and the projection moves after COMMIT."""
 
     def __init__(self, ws: WriterState, requests: Sequence[CommitRequest],
-                 bodies: Sequence[tuple[Digest, bytes]]) -> None:
+                 bodies: Sequence[Sequence[tuple[Digest, bytes]]]) -> None:
         super().__init__()
         self.ws = ws
         self.requests = tuple(requests)
+        #: The bodies of each request (only the evaluated requests' are stored, as
+        #: ``commit`` stores none of a refused command's).
         self.bodies = bodies
 
     def commit_keys(self) -> tuple[tuple[Scope, str], ...]:
@@ -458,11 +460,12 @@ class BatchJob(Job[BatchResult]):
         ws = self.ws
         tx.check_epoch(ws)
         plan = Plan()
-        for digest, data in self.bodies:
-            plan.frozen.setdefault(digest, data)
         run_id = self.requests[0].envelope.run_id
         before = tx.active(ws, run_id)
         decisions, error = evaluate_batch(_View(tx, ws), self.requests, scope=ws.scope)
+        for each in self.bodies[:len(decisions)]:
+            for digest, data in each:
+                plan.frozen.setdefault(digest, data)
         results = batch_results(decisions, lambda: tx.load(ws, run_id))
         for request, decision in zip(self.requests, decisions, strict=False):
             if isinstance(decision, Append):

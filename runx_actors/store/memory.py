@@ -224,15 +224,21 @@ class MemoryRunStore:
         OwnershipLostError (fenced; nothing of the batch written).
         """
         check_batch(requests)
-        bodies, count, error = batch_bodies(requests)
+        bodies, error = batch_bodies(requests)
         await trio.lowlevel.checkpoint()
-        w = self._writer
-        if count == 0:  # as ``commit``: a body that cannot be frozen is refused first
+        if not bodies:  # as ``commit``: a body that cannot be frozen is refused first
             return BatchResult((), error)
+        w = self._writer
         frozen = w._store.frozen.bodies
-        for digest, data in bodies:
-            frozen.put(digest, data)
-        result = w.log.commit_batch(w.epoch, w._projection, requests[:count])
+        new = [d for each in bodies for d, _ in each if d not in frozen]
+        for each in bodies:
+            for digest, data in each:
+                frozen.put(digest, data)
+        try:
+            result = w.log.commit_batch(w.epoch, w._projection, requests[:len(bodies)])
+        except BaseException:
+            frozen.discard(new)  # a failed batch leaves the store as it was
+            raise
         if result.error is None and error is not None:
             return BatchResult(result.results, error)
         return result

@@ -198,7 +198,7 @@ class PostgresStore(SqlStoreBase[PgWriterState]):
 
     async def _commit_batch(
         self, ws: PgWriterState, requests: Sequence[CommitRequest],
-        bodies: tuple[tuple[Digest, bytes], ...],
+        bodies: tuple[tuple[tuple[Digest, bytes], ...], ...],
     ) -> BatchResult:
         return await self._submit(ws, BatchJob(requests, bodies))
 

@@ -209,7 +209,7 @@ class SqliteStore(SqlStoreBase[WriterState]):
 
     async def _commit_batch(
         self, ws: WriterState, requests: Sequence[CommitRequest],
-        bodies: tuple[tuple[Digest, bytes], ...],
+        bodies: tuple[tuple[tuple[Digest, bytes], ...], ...],
     ) -> BatchResult:
         return await self._submit(BatchJob(ws, requests, bodies))
 
