@@ -280,7 +280,7 @@ def _results(value: Iterable[CommitResult]) -> tuple[CommitResult, ...]:
 
 @attrs.frozen
 class BatchResult:
-    """The outcome of a batch commit (RUN-CMT-7).
+    """The outcome of a batch commit (RUN-CMT-9).
 
     ``results`` holds one CommitResult per request evaluated, in order: a prefix of the
     batch, all of it appended in one transaction. ``error`` is the refusal of request
@@ -294,14 +294,14 @@ class BatchResult:
 
 def batch_refusal(exc: BaseException) -> bool:
     """True iff *exc* is a refusal that ends a batch and is returned in
-    ``BatchResult.error`` (RUN-CMT-7): a CommandRefusedError (RunNotFoundError,
+    ``BatchResult.error`` (RUN-CMT-9): a CommandRefusedError (RunNotFoundError,
     RunTerminalError, CommandConflictError, StaleRuntimeError) or a ValidationError.
     Anything else (OwnershipLostError, I/O, EvolveError) is raised by the store."""
     return isinstance(exc, (CommandRefusedError, ValidationError))
 
 
 def check_batch(requests: Sequence[CommitRequest]) -> RunID:
-    """The Run every request of the batch names (RUN-CMT-7).
+    """The Run every request of the batch names (RUN-CMT-9).
 
     Raises:
         ValidationError: the batch is empty, an item is not a CommitRequest, or the
@@ -358,7 +358,7 @@ def evaluate_batch(
     scope: Scope = "",
     prompt_token_guard: PromptTokenGuard | None = None,
 ) -> tuple[tuple[CommitDecision, ...], Exception | None]:
-    """Decide what committing the batch *requests* means (RUN-CMT-7). Pure.
+    """Decide what committing the batch *requests* means (RUN-CMT-9). Pure.
 
     Each request is evaluated with :func:`evaluate_commit` on *view* overlaid with the
     requests appended before it in the batch: their facts move the Run's position and

@@ -96,7 +96,7 @@ class SqlStoreBase(Generic[WS]):
         self, ws: WS, requests: Sequence[CommitRequest],
         bodies: tuple[tuple[tuple[Digest, bytes], ...], ...],
     ) -> BatchResult:
-        """Queue one batch job (RUN-CMT-7): all its rows in one transaction. ``bodies[i]``
+        """Queue one batch job (RUN-CMT-9): all its rows in one transaction. ``bodies[i]``
         are request *i*'s; only those of the requests evaluated are stored."""
         raise NotImplementedError
 
@@ -232,7 +232,7 @@ class SqlWriter(SqlReader[S]):
         return await self.run_store().commit(request)
 
     async def commit_batch(self, requests: Sequence[CommitRequest]) -> BatchResult:
-        """``run_store().commit_batch(requests)`` (RUN-CMT-7)."""
+        """``run_store().commit_batch(requests)`` (RUN-CMT-9)."""
         return await self.run_store().commit_batch(requests)
 
     async def aclose(self) -> None:
@@ -282,7 +282,7 @@ class SqlRunStore(Generic[W]):
 
     async def commit_batch(self, requests: Sequence[CommitRequest]) -> BatchResult:
         """Freeze the bodies (§4.2), then evaluate the batch and append its evaluated
-        prefix in ONE transaction (RUN-CMT-7). Checkpoint.
+        prefix in ONE transaction (RUN-CMT-9). Checkpoint.
 
         The batch is one writer job: its bodies and rows are written together (in a
         group transaction it may share with other jobs), the caller is answered after

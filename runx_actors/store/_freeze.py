@@ -37,7 +37,7 @@ def bodies_of(command: C.Command) -> tuple[tuple[Digest, bytes], ...]:
 def batch_bodies(
     requests: Sequence[CommitRequest],
 ) -> tuple[tuple[tuple[tuple[Digest, bytes], ...], ...], Exception | None]:
-    """Step 0 of a batch commit (RUN-CMT-7): the bodies of each request, in order.
+    """Step 0 of a batch commit (RUN-CMT-9): the bodies of each request, in order.
 
     Returns ``(bodies, error)``: ``bodies[i]`` are request *i*'s; when a request's bodies
     cannot be frozen, ``bodies`` stops before it and ``error`` is its refusal (the batch

@@ -210,7 +210,7 @@ def _write_append(tx: _Tx, request: CommitRequest, decision: Append,
 
 class BatchJob(Job[BatchResult]):
     """Freeze bodies, then evaluate a batch of one Run's commands and append its
-    evaluated prefix (RUN-CMT-7): one job, one savepoint of the group transaction, so
+    evaluated prefix (RUN-CMT-9): one job, one savepoint of the group transaction, so
     its rows are all committed or none."""
 
     def __init__(self, requests: Sequence[CommitRequest],

@@ -90,7 +90,7 @@ def integral_ints(value: Any) -> Any:
 def batch_results(
     decisions: Sequence[CommitDecision], current: Callable[[], Snapshot]
 ) -> tuple[CommitResult, ...]:
-    """The CommitResults of a batch's evaluated prefix (RUN-CMT-7).
+    """The CommitResults of a batch's evaluated prefix (RUN-CMT-9).
 
     An ``Append`` is ACCEPTED at its snapshot; a ``Replay`` is ALREADY_APPLIED at the
     Run's snapshot as left by the requests before it: the last Append's of the batch, or
@@ -133,7 +133,7 @@ class FrozenBodies:
         return digest in self._bodies
 
     def discard(self, digests: Sequence[Digest]) -> None:
-        """Forget *digests* (bodies a failed batch had just stored, RUN-CMT-7)."""
+        """Forget *digests* (bodies a failed batch had just stored, RUN-CMT-9)."""
         for digest in digests:
             self._bodies.pop(digest, None)
 
@@ -294,7 +294,7 @@ class ScopeLog:
         self, epoch: int, projection: Projection, requests: Sequence[CommitRequest]
     ) -> BatchResult:
         """Evaluate the batch *requests* (one Run) and append its evaluated prefix as one
-        atomic write (RUN-CMT-7); fenced by *epoch*.
+        atomic write (RUN-CMT-9); fenced by *epoch*.
 
         Each request is evaluated as :meth:`commit` would on the log left by the earlier
         ones (``evaluate_batch``); the first refusal ends the batch and is returned in

@@ -441,7 +441,7 @@ def _append_plan(ws: WriterState, request: CommitRequest, decision: Append,
 
 class BatchJob(Job[BatchResult]):
     """Freeze bodies, then evaluate a batch of one Run's commands and append its
-    evaluated prefix (RUN-CMT-7): one job, so all its rows are in one transaction (which
+    evaluated prefix (RUN-CMT-9): one job, so all its rows are in one transaction (which
     it may share with other jobs of the group), and the projection moves after COMMIT."""
 
     def __init__(self, ws: WriterState, requests: Sequence[CommitRequest],

@@ -70,7 +70,7 @@ class WriterStatistics(GroupStatistics):
 
     ``transactions`` counts committed write transactions (each one ``COMMIT``, fsynced:
     ``synchronous=FULL``), ``jobs`` the jobs they carried (accepted or refused; a batch
-    commit is one job, RUN-CMT-7), ``accepted`` the commit records that appended,
+    commit is one job, RUN-CMT-9), ``accepted`` the commit records that appended,
     ``largest_group`` the most jobs in one transaction, ``queued`` the jobs waiting right now,
     ``fallback_groups`` the groups whose multi-row write failed and that were re-run job
     by job, ``in_flight`` the jobs submitted whose answer trio has not received yet

@@ -105,7 +105,7 @@ class RunStore(Protocol):
         """Freeze bodies, then evaluate and append atomically (§4.2, §4.3)."""
 
     async def commit_batch(self, requests: Sequence[CommitRequest]) -> BatchResult:
-        """Commit *requests* (one Run) in order, as one transaction (RUN-CMT-7).
+        """Commit *requests* (one Run) in order, as one transaction (RUN-CMT-9).
 
         Each request is evaluated as ``commit`` would on the scope left by the earlier
         ones; the batch stops at the first refusal. The evaluated prefix is appended
@@ -167,7 +167,7 @@ class SessionStore(Protocol):
 
 
 async def commit_batch(store: RunStore, requests: Sequence[CommitRequest]) -> BatchResult:
-    """Commit a batch through *store* (RUN-CMT-7).
+    """Commit a batch through *store* (RUN-CMT-9).
 
     Uses ``store.commit_batch`` when the store has one (one transaction). Otherwise (a
     RunStore written before batches) it commits the requests one by one with

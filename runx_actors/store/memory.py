@@ -87,7 +87,7 @@ class MemoryStore:
         return self._live.get(scope)
 
     def statistics(self) -> GroupStatistics:
-        """Counters of the atomic appends of every scope (RUN-CMT-7): ``transactions``
+        """Counters of the atomic appends of every scope (RUN-CMT-9): ``transactions``
         is what a durable store would fsync (a commit, a batch, a creation, foreign
         events), ``accepted`` the commit records they appended, ``largest_group`` the
         most commit records one batch appended. ``jobs`` equals ``transactions``."""
@@ -176,7 +176,7 @@ class MemoryWriter(MemoryReader):
         return await self._run_store.commit(request)
 
     async def commit_batch(self, requests: Sequence[CommitRequest]) -> BatchResult:
-        """``run_store().commit_batch(requests)`` (RUN-CMT-7)."""
+        """``run_store().commit_batch(requests)`` (RUN-CMT-9)."""
         return await self._run_store.commit_batch(requests)
 
     async def aclose(self) -> None:
@@ -216,7 +216,7 @@ class MemoryRunStore:
 
     async def commit_batch(self, requests: Sequence[CommitRequest]) -> BatchResult:
         """Freeze the bodies (§4.2), then evaluate the batch and append its evaluated
-        prefix atomically (RUN-CMT-7; see ``ScopeLog.commit_batch``). One checkpoint,
+        prefix atomically (RUN-CMT-9; see ``ScopeLog.commit_batch``). One checkpoint,
         before anything is stored: a cancellation there leaves nothing written.
 
         Returns: BatchResult (the refusal that ended the batch in ``error``).

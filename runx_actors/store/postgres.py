@@ -83,7 +83,7 @@ class PostgresStatistics(GroupStatistics):
 
     ``transactions`` counts committed group transactions (each one ``COMMIT`` with
     ``synchronous_commit = on``), ``jobs`` the jobs they carried (accepted or refused; a
-    batch commit is one job, RUN-CMT-7), ``accepted`` the commit records appended,
+    batch commit is one job, RUN-CMT-9), ``accepted`` the commit records appended,
     ``largest_group`` the most jobs in one transaction, ``failed_transactions`` the
     groups whose transaction failed (outcome unknown), ``queued`` the jobs waiting now.
     """

@@ -233,7 +233,7 @@ class _Ahead:
 
 def batch_requests(run_id: RunID, snap: Snapshot,
                    *builds: Callable[[Snapshot], Built]) -> list[CommitRequest]:
-    """The requests of a batch built from *snap* (RUN-CMT-7): each builder gets the
+    """The requests of a batch built from *snap* (RUN-CMT-9): each builder gets the
     snapshot the earlier ones leave (predicted with ``evaluate_commit``) and its request
     names that position as its base. Raises AssertionError if one would be refused."""
     requests = []
@@ -862,7 +862,7 @@ async def test_store_frozen_values(store_factory: StoreFactory) -> None:
 
 
 async def test_store_batch_prefix(store_factory: StoreFactory) -> None:
-    """RUN-CMT-7: a batch is its requests committed in order; a Prepare in it names the
+    """RUN-CMT-9: a batch is its requests committed in order; a Prepare in it names the
     position the earlier request left; a refusal in the middle keeps the prefix and
     writes nothing of itself or of what follows (their ids stay free)."""
     async with store_factory() as store:
@@ -934,7 +934,7 @@ async def test_store_batch_prefix(store_factory: StoreFactory) -> None:
 
 
 async def test_store_batch_replay(store_factory: StoreFactory) -> None:
-    """RUN-CMT-7: a batch sent again answers ALREADY_APPLIED with the original facts and
+    """RUN-CMT-9: a batch sent again answers ALREADY_APPLIED with the original facts and
     today's snapshot; a batch re-sending an applied first command and a new second one
     replays the first and appends the second; a request repeating an earlier id of the
     same batch replays it; a Run ended inside a batch refuses the next request."""
@@ -996,7 +996,7 @@ async def test_store_batch_replay(store_factory: StoreFactory) -> None:
 
 
 async def test_store_batch_fenced(store_factory: StoreFactory) -> None:
-    """RUN-CMT-7: a fenced writer's batch raises OwnershipLostError and writes nothing;
+    """RUN-CMT-9: a fenced writer's batch raises OwnershipLostError and writes nothing;
     the new owner can commit the same batch."""
     async with store_factory() as store:
         old = await store.open(SCOPE)
@@ -1017,7 +1017,7 @@ async def test_store_batch_fenced(store_factory: StoreFactory) -> None:
 
 
 async def test_store_batch_validation(store_factory: StoreFactory) -> None:
-    """RUN-CMT-7: an empty batch and a batch naming two Runs are ValidationErrors and
+    """RUN-CMT-9: an empty batch and a batch naming two Runs are ValidationErrors and
     write nothing."""
     async with store_factory() as store:
         w = await store.open(SCOPE)

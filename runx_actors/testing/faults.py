@@ -56,7 +56,7 @@ class FaultyRunStore:
     raises without applying; ``delay(pred, event)`` holds a commit until *event* is set.
     ``attempts`` lists every CommitRequest seen, in order.
 
-    ``commit_batch`` (RUN-CMT-7) applies the same rules to a whole batch when any of its
+    ``commit_batch`` (RUN-CMT-9) applies the same rules to a whole batch when any of its
     requests matches (one use of the rule per batch): a delay holds the batch, fail_before
     raises with nothing of the batch applied, fail_after raises once the whole batch
     committed (an ambiguous batch commit)."""

@@ -1,4 +1,4 @@
-"""``evaluate_batch`` (RUN-CMT-7): a batch is its requests committed one after another,
+"""``evaluate_batch`` (RUN-CMT-9): a batch is its requests committed one after another,
 stopping at the first refusal, evaluated purely on an overlay of the view."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ On start it opens the scope (fencing the killed writer) and continues from the d
 state of the active Run (or creates the next one). Before each batch it appends the
 batch's command ids as one JSON line to INTENTS and fsyncs it; after the batch returned
 it prints ``c``. The parent kills it at random moments and checks that every intended
-batch is durable entirely or not at all (RUN-CMT-7).
+batch is durable entirely or not at all (RUN-CMT-9).
 """
 
 from __future__ import annotations

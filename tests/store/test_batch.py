@@ -1,4 +1,4 @@
-"""Batch commits through every store (RUN-CMT-7): what a batch writes, and that it
+"""Batch commits through every store (RUN-CMT-9): what a batch writes, and that it
 writes all of it or nothing.
 
 * A batch writes exactly the rows its requests committed one by one would write (the
@@ -171,7 +171,7 @@ async def _workflow(store: Any, writer: Any, rs: Any) -> list[BatchResult]:
 
 
 async def test_batch_writes_what_one_by_one_commits_write(backend: Backend) -> None:
-    """RUN-CMT-7: the same workflow as batches and as single commits leaves the same
+    """RUN-CMT-9: the same workflow as batches and as single commits leaves the same
     rows (row for row, chains included), the same results, and the batches take one
     durable transaction each; the batch-written store passes ``store check`` and
     ``check --log``."""
@@ -262,7 +262,7 @@ def _inject_second_rows(monkeypatch: pytest.MonkeyPatch, kind: str,
 
 async def test_batch_failure_inside_the_transaction_writes_nothing(
         backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
-    """RUN-CMT-7 atomicity: an insert that fails on the second request's rows, after the
+    """RUN-CMT-9 atomicity: an insert that fails on the second request's rows, after the
     first request's rows were written, leaves the store byte-identical and the
     projection unchanged; the writer then commits the same batch."""
     async with backend.store() as store:
@@ -294,7 +294,7 @@ def sql_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Back
 
 
 async def test_batch_commit_that_never_happens_writes_nothing(sql_backend: Backend) -> None:
-    """RUN-CMT-7 atomicity at ``COMMIT`` (SQL stores): every row of the batch is written,
+    """RUN-CMT-9 atomicity at ``COMMIT`` (SQL stores): every row of the batch is written,
     then the transaction fails before ``COMMIT`` — nothing is durable, the projection is
     unchanged, the writer is usable (the batch commits afterwards)."""
     backend = sql_backend
@@ -322,7 +322,7 @@ async def test_batch_commit_that_never_happens_writes_nothing(sql_backend: Backe
 
 async def test_sqlite_batch_fails_alone_in_a_shared_group(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """RUN-CMT-7 on SQLite: a batch shares a group transaction with another job; when its
+    """RUN-CMT-9 on SQLite: a batch shares a group transaction with another job; when its
     rows fail, the group is re-run job by job and the batch is rolled back alone — the
     other job commits, none of the batch's rows does."""
     async with open_sqlite_store(tmp_path / "group.db") as store:

@@ -1,4 +1,4 @@
-"""kill -9 test of batch commits on SQLite (RUN-CMT-7): a child commits batches of 2–3
+"""kill -9 test of batch commits on SQLite (RUN-CMT-9): a child commits batches of 2–3
 commands in a loop and is SIGKILLed at random moments, about 20 times. After each kill:
 every batch the child meant to commit is durable entirely or not at all, ``store check``
 finds no damage and the log replays clean through the reference machine
@@ -47,7 +47,7 @@ def _torn(db: pathlib.Path, intents: pathlib.Path) -> list[tuple[list[str], list
 
 
 def test_batch_kill9_all_or_nothing(tmp_path: pathlib.Path) -> None:
-    """RUN-CMT-7: ~20 SIGKILLs at random moments never leave a batch durable in part."""
+    """RUN-CMT-9: ~20 SIGKILLs at random moments never leave a batch durable in part."""
     db, intents = tmp_path / "batch.sqlite3", tmp_path / "intents.jsonl"
     intents.touch()
     rng = random.Random(20261202)

@@ -69,7 +69,7 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[St
 
 
 def test_every_scenario_is_collected() -> None:
-    """Scenarios 98-113 and the batch scenarios (RUN-CMT-7) are all here, under their
+    """Scenarios 98-113 and the batch scenarios (RUN-CMT-9) are all here, under their
     spec names."""
     assert len(SCENARIOS) == 20
     assert set(SCENARIOS) == set(__all__)

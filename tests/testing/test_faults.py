@@ -134,7 +134,7 @@ async def test_runtime_survives_a_lost_dispatch_receipt() -> None:
 
 
 async def test_faulty_run_store_batches() -> None:
-    """RUN-CMT-7: the rules apply to a batch when any of its requests matches:
+    """RUN-CMT-9: the rules apply to a batch when any of its requests matches:
     fail_before writes nothing of it, fail_after commits all of it then raises (the
     batch replays), a delay holds the whole batch; a store without ``commit_batch``
     goes through ``store.base.commit_batch``'s one-by-one fallback."""
