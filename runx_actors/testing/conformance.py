@@ -1,4 +1,5 @@
-"""The store conformance suite (spec §8.6, scenarios 98-113; RUN-CMP-2).
+"""The store conformance suite (spec §8.6, scenarios 98-113; RUN-CMP-2; batch commits,
+RUN-CMT-9).
 
 Every scenario is an ``async def test_store_*(store_factory)`` written once against a
 *store factory*: a zero-argument callable returning an async context manager that yields

@@ -21,9 +21,11 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from click.testing import CliRunner
 from sql_store_helpers import Gate
 
 from runx_actors.check._tracecheck import check_log
+from runx_actors.cli import main
 from runx_actors.protocol.canonical import sha256_digest, typed_envelope
 from runx_actors.protocol.commit import BatchResult, CommitRequest, CommitStatus, envelope
 from runx_actors.protocol.errors import StaleRuntimeError
@@ -204,6 +206,9 @@ async def test_batch_writes_what_one_by_one_commits_write(backend: Backend) -> N
         trace = check_log(target)
         assert trace.ok, [v.show() for v in trace.violations]
         assert trace.runs == 1
+        for args in (["store", "check", target], ["check", "--log", target]):
+            result = CliRunner().invoke(main, args)
+            assert result.exit_code == 0, (args, result.output)
 
 
 async def _setup(store: Any, writer: Any) -> tuple[list[CommitRequest], Any]:
