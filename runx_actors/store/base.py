@@ -29,7 +29,7 @@ from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, S
 __all__ = [
     "ForeignEvent", "StoredEvent", "StreamRecord", "FrozenStore", "RunStore", "SessionWriter",
     "SessionReader", "SessionStore", "RUN_STREAM_PREFIX", "run_stream", "check_foreign",
-    "commit_batch",
+    "commit_batch", "Committer",
 ]
 
 RUN_STREAM_PREFIX = "run/"
@@ -166,7 +166,14 @@ class SessionStore(Protocol):
 
 
 
-async def commit_batch(store: RunStore, requests: Sequence[CommitRequest]) -> BatchResult:
+class Committer(Protocol):
+    """What :func:`commit_batch` needs of a store at least: ``commit`` (any RunStore)."""
+
+    async def commit(self, request: CommitRequest) -> CommitResult:
+        """Freeze bodies, then evaluate and append atomically (§4.2, §4.3)."""
+
+
+async def commit_batch(store: Committer, requests: Sequence[CommitRequest]) -> BatchResult:
     """Commit a batch through *store* (RUN-CMT-9).
 
     Uses ``store.commit_batch`` when the store has one (one transaction). Otherwise (a

@@ -6,7 +6,9 @@ side by side: the same creations, the loop's next commands (``plan_next`` on the
 reference's snapshot: prepare, withdraw, start, settle with every outcome, approve), any
 command family whether the state allows it or not (refusals must agree), replays of
 earlier command ids with the same or different content (first wins), takeovers (a new
-writer opens the scope) and commits through the fenced writers. After every step the
+writer opens the scope), commits through the fenced writers, and batches of 2–3 such
+commands (RUN-CMT-9), which your store must answer as the reference answers the same
+requests committed one by one, stopping at the first refusal. After every step the
 answers (accepted / already applied / the refusal's class), the facts of each group, each
 Run's record and the loaded snapshot must be the reference's; a disagreement fails with
 the expected (reference) and the actual (your store) value.
@@ -46,6 +48,7 @@ from ..protocol.plan import (
 )
 from ..protocol.state import ModelStep, ToolStep
 from ..protocol.values import ModelStepStatus, NewRun, ResponsePolicy, RunStatus, ToolCallStatus
+from ..store.base import commit_batch
 from . import builders as b
 from ._trio_thread import Hosted, TrioLoopThread
 from .conformance import StoreFactory
@@ -170,6 +173,29 @@ async def _commit(writer: Any, request: CommitRequest) -> tuple[str, tuple[Any, 
         return type(exc).__name__, ()
     status = "accepted" if result.status is CommitStatus.ACCEPTED else "already_applied"
     return status, tuple(result.facts)
+
+
+class _OneByOne:
+    """The reference's RunStore without ``commit_batch``: ``store.base.commit_batch``
+    commits a batch's requests one by one through it (the definition, RUN-CMT-9)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def commit(self, request: CommitRequest) -> Any:
+        return await self.inner.commit(request)
+
+
+async def _batch(writer: Any, requests: list[CommitRequest], one_by_one: bool
+                 ) -> tuple[str, tuple[Any, ...]]:
+    """(the refusal's class or "done", ((status, facts) per evaluated request))."""
+    rs = writer.run_store()
+    try:
+        result = await commit_batch(_OneByOne(rs) if one_by_one else rs, requests)
+    except RunxError as exc:
+        return type(exc).__name__, ()
+    answers = tuple((r.status.value, tuple(r.facts)) for r in result.results)
+    return ("done" if result.error is None else type(result.error).__name__), answers
 
 
 async def _create(writer: Any, r: int) -> tuple[str, tuple[Any, ...]]:
@@ -300,6 +326,40 @@ def store_machine(factory: StoreFactory) -> type[RuleBasedStateMachine]:
                 return
             self._submit(r, build(snap.state, snap.position, family, index),
                          writers=self.fenced[-1])
+
+        @rule(target=submitted, r=st.integers(0, RUNS - 1),
+              steps=st.lists(st.one_of(st.just(("loop", 0)),  # the loop's chains, often
+                                       st.tuples(st.sampled_from(FAMILIES), st.integers(0, 1))),
+                             min_size=2, max_size=3),
+              model=st.sampled_from(["model_tools", "model_text", "model_failed"]),
+              tool=st.sampled_from(["tool_ok", "tool_failed"]), fenced=st.booleans())
+        def batch(self, r: int, steps: list[tuple[str, int]], model: str, tool: str,
+                  fenced: bool) -> Any:
+            snap = self._snapshot(r)
+            if snap is None:
+                return None
+            requests: list[CommitRequest] = []
+            state, position = snap.state, snap.position
+            for family, index in steps:
+                nxt = next_family(state, model, tool) if family == "loop" else (family, index)
+                built = None if nxt is None else build(state, position, *nxt)
+                if built is None:
+                    continue
+                cid, cmd, base = built
+                requests.append(CommitRequest(base, envelope(_run(r), cid, cmd)))
+                try:  # predict the state the next command is built from
+                    state, facts = b.decide_and_fold(state, cmd)
+                    position += len(facts)
+                except RunxError:
+                    pass  # a refusal inside the batch: the next is built from the same state
+            if not requests:
+                return None
+            writers = self.fenced[-1] if fenced and self.fenced else self.writers
+            names = ", ".join(type(q.envelope.command).__name__ for q in requests)
+            self._both(f"batch [{names}] to {_run(r)}", _batch,
+                       (writers[0], requests, False), (writers[1], requests, True))
+            last = requests[-1]
+            return Submitted(r, last.envelope.id, last.envelope.command, last.base)
 
         # -- invariants -----------------------------------------------------------------
         @invariant()
