@@ -13,12 +13,14 @@ import attrs
 
 from . import commands as C
 from .errors import RunTerminalError, ValidationError
+from .facts import Fact
 from .ids import derive_recovery_command_id
 from .state import MachineState, ModelStep, Open, ToolStep
 from .values import (
     AgentInput,
     CallID,
     CommandID,
+    Digest,
     EffectID,
     Failure,
     FailureClass,
@@ -53,12 +55,30 @@ def _tuple(value: Any) -> tuple[Any, ...]:
 
 @attrs.frozen(kw_only=True)
 class PromptInput:
-    """What a PromptBuilder gets: ``source_step`` is the last closed ToolStep id or ""."""
+    """What a PromptBuilder gets: ``source_step`` is the last closed ToolStep id or "".
+
+    ``pending`` and ``pending_bodies`` are set only for a builder that opted in to fused
+    commits (``reads_pending = True``; RUN-LOP-11): the facts already decided for this Run
+    but not yet durable — they follow the store's log, in order, and are committed in the
+    same transaction as the request being built — and the ``(digest, envelope bytes)`` of
+    the frozen bodies they name (a tool output, a model result), which are not in the
+    FrozenStore yet. Both are ``()`` otherwise (the store's log is the whole history).
+    """
 
     scope: Scope = ""
     run_id: RunID
     source_step: StepID = ""
     inputs: tuple[AgentInput, ...] = attrs.field(default=(), converter=_tuple)
+    pending: tuple[Fact, ...] = attrs.field(default=(), converter=_tuple)
+    pending_bodies: tuple[tuple[Digest, bytes], ...] = attrs.field(default=(),
+                                                                   converter=_tuple)
+
+    def pending_body(self, digest: Digest) -> bytes | None:
+        """The envelope bytes of the pending body *digest*, or None (not pending)."""
+        for d, data in self.pending_bodies:
+            if d == digest:
+                return data
+        return None
 
 
 @attrs.frozen(kw_only=True)

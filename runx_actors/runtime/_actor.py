@@ -303,6 +303,15 @@ class RunActor:
             self.operations -= 1
             message.done.set()
 
+    def _watch_all(self, keys: Any, pending: dict[Any, Any],
+                   relays: list[trio.CancelScope], ctx: LoopContext) -> None:
+        """Watch each of *keys* (dispatched effects) and relay its progress."""
+        for key in keys:
+            pending[key] = self._watch(key)
+            relay = self._relay_progress(key, ctx)
+            if relay is not None:
+                relays.append(relay)
+
     async def _drive(self, request: Request, ctx: LoopContext) -> LoopResult:
         """The drive loop of §5.9: advance, watch, settle, until nothing more can happen."""
         pending: dict[Any, Any] = {}
@@ -345,11 +354,7 @@ class RunActor:
                                 continue
                             return result
                         keys = result.dispatched
-                    for key in keys:
-                        pending[key] = self._watch(key)
-                        relay = self._relay_progress(key, ctx)
-                        if relay is not None:
-                            relays.append(relay)
+                    self._watch_all(keys, pending, relays, ctx)
                     continue
                 if stop_at is None:
                     message = await self.mailbox.get()
@@ -374,14 +379,32 @@ class RunActor:
                     del pending[message.key]
                     if fenced is not None:
                         continue  # drain without settling
+                    # RUN-LOP-11: when the drive would advance right after this settlement
+                    # (nothing else in flight), deliver fuses it with advance's next
+                    # commits and dispatches what they started (errors as advance's)
+                    fuse = (ctx.settings.fused_commits and not pending and deferred is None
+                            and not request.cancelled and stop_at is None)
                     try:
-                        result = await ctx.deliver(message.outcome)
+                        result = await ctx.deliver(
+                            message.outcome, request.builder if fuse else None)
                     except OwnershipLostError as exc:
                         fenced = exc
-                        await self._cancel_at_executor(pending)
+                        await self._cancel_at_executor([*pending, *ctx.take_in_batch()])
+                        continue
+                    except DispatchUnknownError as exc:  # D-4 (fused starts)
+                        deferred = exc
+                        self._watch_all(getattr(exc, "dispatched", ()), pending, relays, ctx)
+                        continue
+                    except Exception as exc:
+                        keys = ctx.take_in_batch()
+                        if not keys:
+                            raise
+                        deferred = exc  # interrupted fused starts: settle them, then raise
+                        self._watch_all(keys, pending, relays, ctx)
                         continue
                     if result.disposition is LoopDisposition.FINISHED:
                         return result
+                    self._watch_all(result.dispatched, pending, relays, ctx)
                 elif isinstance(message, _ReadFailed):
                     if message.key not in pending:
                         continue

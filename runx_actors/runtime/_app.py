@@ -123,7 +123,14 @@ class RuntimeStore(Protocol):
 
 class PromptBuilder(Protocol):
     """Builds the next model request of a Run (§5.6): ``build(hint)`` gets the planner's
-    hint (run id, pending inputs, source step) and returns the Prompt to prepare."""
+    hint (run id, pending inputs, source step) and returns the Prompt to prepare.
+
+    A builder may set the attribute ``reads_pending = True`` to opt in to fused commits
+    (RUN-LOP-11): it then promises to build from the store's log *followed by*
+    ``hint.pending`` (facts decided but not yet durable; their bodies in
+    ``hint.pending_bodies``), or from nothing in the store at all. Without it the last
+    tool result is committed on its own before the builder runs.
+    """
 
     async def build(self, hint: PromptInput) -> Prompt: ...
 
@@ -209,7 +216,13 @@ class TranscriptBuilder:
     tool calls from the frozen model result), and settled calls as ``tool`` messages
     (output, answer, or error). Withdrawn, recovered and rejected steps leave no message.
     Tool outputs and answers are the JSON the tool returned (``42`` stays an int).
+
+    It reads ``PromptInput.pending`` (``reads_pending``): the facts the runtime decided
+    but has not committed yet follow the log, their bodies come from the hint (RUN-LOP-11).
     """
+
+    #: Opt-in to fused commits: :meth:`build` honours ``hint.pending`` (RUN-LOP-11).
+    reads_pending = True
 
     def __init__(self, writer: SessionReader, frozen: FrozenStore, model: ModelRef,
                  tools: Sequence[ToolOffer] = (), *, system: str = "",
@@ -221,7 +234,8 @@ class TranscriptBuilder:
         self.tools = tuple(tools)
         self.system = system
 
-    async def _body(self, digest: str, type_name: str) -> Any:
+    async def _body(self, digest: str, type_name: str,
+                    pending: PromptInput | None = None) -> Any:
         """The frozen body *digest* of type *type_name*, integral numbers as ``int``.
 
         An ``agent_input`` body is frozen by whoever submits the input (``input_body``),
@@ -234,8 +248,11 @@ class TranscriptBuilder:
                 RUN-STO-4), or an input body with ``require_inputs`` (``table="frozen"``,
                 ``row`` = the digest). No placeholder is substituted for them.
         """
+        data = pending.pending_body(digest) if pending is not None else None
         try:
-            return _ints(decode_frozen(type_name, digest, await self._frozen.get(digest)))
+            if data is None:
+                data = await self._frozen.get(digest)
+            return _ints(decode_frozen(type_name, digest, data))
         except FrozenValueMissingError as exc:
             if type_name == AGENT_INPUT and not self._require_inputs:
                 return None
@@ -243,11 +260,15 @@ class TranscriptBuilder:
                                      table="frozen", row=digest, digest=digest,
                                      reason="missing") from exc
 
-    async def messages(self, run_id: RunID) -> list[dict[str, Any]]:
+    async def messages(self, run_id: RunID,
+                       pending: PromptInput | None = None) -> list[dict[str, Any]]:
         """The messages of *run_id* as the model sees them (see the class docstring):
         ``{"role": "system"|"user"|"assistant"|"tool", "content": …}``, assistant
         messages with ``toolCalls``, tool messages with ``toolCallId`` (the provider's
         id), ``callId`` and ``content`` or ``error`` (``{"class", "message"}``).
+
+        With *pending* (a hint carrying ``pending`` facts, RUN-LOP-11) those facts follow
+        the log's and their bodies are read from ``pending.pending_bodies`` first.
 
         Raises RunNotFoundError; CorruptRecordError; DecodeError for a damaged body.
         """
@@ -255,15 +276,18 @@ class TranscriptBuilder:
         if self.system:
             msgs.append({"role": "system", "content": self.system})
         provider_ids: dict[str, str] = {}
-        for fact in await self._writer.run_facts(run_id):
+        facts = tuple(await self._writer.run_facts(run_id))
+        if pending is not None and pending.pending:
+            facts += pending.pending
+        for fact in facts:
             match fact:
                 case F.InputAccepted(input=i):
-                    body = await self._body(i.digest, AGENT_INPUT)
+                    body = await self._body(i.digest, AGENT_INPUT, pending)
                     text = body.get("text") if isinstance(body, dict) else None
                     msgs.append({"role": "user", "content": text if text is not None
                                  else f"[input {i.id}]"})
                 case F.ModelStepCompleted(result_digest=d):
-                    body = await self._body(d, "model_result") or {}
+                    body = await self._body(d, "model_result", pending) or {}
                     msg: dict[str, Any] = {"role": "assistant",
                                            "content": body.get("content", "")}
                     if body.get("toolCalls"):
@@ -272,11 +296,11 @@ class TranscriptBuilder:
                 case F.ToolStepOpened(calls=calls):
                     provider_ids.update({b.call_id: b.provider_call_id for b in calls})
                 case F.ToolCallCompleted(call_id=cid, output_digest=d):
-                    body = await self._body(d, "tool_output") or {}
+                    body = await self._body(d, "tool_output", pending) or {}
                     msgs.append({"role": "tool", "toolCallId": provider_ids.get(cid, ""),
                                  "callId": cid, "content": body.get("output")})
                 case F.ToolCallAnswered(call_id=cid, response_digest=d):
-                    body = await self._body(d, "tool_response_payload") or {}
+                    body = await self._body(d, "tool_response_payload", pending) or {}
                     msgs.append({"role": "tool", "toolCallId": provider_ids.get(cid, ""),
                                  "callId": cid, "content": body.get("payload")})
                 case F.ToolCallFailed(call_id=cid, failure=failure):
@@ -287,7 +311,7 @@ class TranscriptBuilder:
 
     async def build(self, hint: PromptInput) -> Prompt:
         """Build the next request for *hint* (consumes every pending input)."""
-        body = {"messages": await self.messages(hint.run_id)}
+        body = {"messages": await self.messages(hint.run_id, hint)}
         request = ModelRequest(self.model, tuple(t.definition for t in self.tools),
                                canonical_json_text(body))
         return Prompt(request=request, input_ids=tuple(i.id for i in hint.inputs),

@@ -17,8 +17,15 @@ import trio
 from .. import effect
 from ..protocol import commands as C
 from ..protocol.canonical import canonical_json_text
-from ..protocol.commit import CommitRequest, CommitResult, Snapshot, envelope
-from ..protocol.digests import digest_model_request, digest_model_result
+from ..protocol.commit import (
+    Append,
+    CommitRequest,
+    CommitResult,
+    Snapshot,
+    envelope,
+    evaluate_commit,
+)
+from ..protocol.digests import digest_model_request, digest_model_result, encode_frozen
 from ..protocol.errors import (
     CanonicalJSONError,
     CommandConflictError,
@@ -33,11 +40,13 @@ from ..protocol.errors import (
     PrepareStalledError,
     RunNotFoundError,
     RunTerminalError,
+    RunxError,
     SettleTimeoutError,
     StaleRuntimeError,
     ValidationError,
 )
 from ..protocol.facts import (
+    Fact,
     ModelStepCompleted,
     ModelStepRecovered,
     ToolCallFailed,
@@ -79,6 +88,7 @@ from ..protocol.values import (
     ToolResult,
     Usage,
 )
+from ..store.base import commit_batch
 from ._events import Durability, Event, EventKind, EventSink, safe_emit
 from ._gate import DispatchGate, StoppedBeforeDispatch
 from ._results import EXECUTION_RECOVERY, LoopDisposition, LoopResult
@@ -220,6 +230,42 @@ class LoopContext:
         self.emit(EventKind.AGENT_COMMITTED, committed=result.facts, command_id=command_id)
         return result  # type: ignore[no-any-return]
 
+    async def commit_chain(self, chain: _Chain) -> tuple[CommitResult, ...]:
+        """Commit *chain*'s requests as ONE batch: one transaction (RUN-CMT-7, RUN-LOP-11).
+
+        Returns the results of the committed prefix, one per request in order: all of
+        them, or fewer when a request was refused (StaleRuntimeError,
+        CommandConflictError, RunTerminalError: that request and the ones after it wrote
+        nothing — "retriable: reload", as :meth:`commit`'s None). ``()`` = the first
+        request was refused, nothing was written. Emits AGENT_COMMITTED per committed
+        command (its own id and facts).
+
+        An unknown error is replayed once with the same requests (the applied part
+        answers ALREADY_APPLIED); OwnershipLostError and RunNotFoundError are raised,
+        never replayed (RUN-LOP-5); any other refusal is raised after the prefix's events.
+        """
+        requests = tuple(chain.requests)
+        try:
+            batch = await commit_batch(self.store, requests)
+        except (OwnershipLostError, RunNotFoundError):
+            raise
+        except _RETRIABLE:
+            return ()
+        except Exception:
+            try:
+                batch = await commit_batch(self.store, requests)
+            except (OwnershipLostError, RunNotFoundError):
+                raise
+            except _RETRIABLE:
+                return ()
+        results = tuple(batch.results)
+        for request, result in zip(requests, results, strict=False):
+            self.emit(EventKind.AGENT_COMMITTED, committed=result.facts,
+                      command_id=request.envelope.id)
+        if batch.error is not None and not isinstance(batch.error, _RETRIABLE):
+            raise batch.error
+        return results
+
     # -- advance (§5.5) ----------------------------------------------------------------
 
     async def advance(self, builder: Any) -> LoopResult:
@@ -265,22 +311,26 @@ class LoopContext:
         if self.settings.before_prepare is not None:
             await self.settings.before_prepare(self.store, hint)
         hint = attrs.evolve(hint, scope=self.scope)
-        prompt = await builder.build(hint)
-        model = prompt.model or prompt.request.model
-        if not model or model != prompt.request.model:
-            raise ValidationError("prompt model is empty or differs from its request",
-                                  model=model)
-        command_id = derive_model_request_command_id(self.run_id, snapshot.position)
-        command = C.PrepareModelRequest(
-            step_id=derive_model_step_id(self.run_id, command_id), model=model,
-            request=prompt.request, request_digest=digest_model_request(prompt.request),
-            input_ids=prompt.input_ids, prompt_token=prompt.token, tools=prompt.tools,
-        )
+        command_id, command = self._prepare_command(snapshot.position,
+                                                    await builder.build(hint))
         if await self.commit(snapshot.position, command_id, command) is None:
             again = await self.store.load(self.run_id)
             if again.position == snapshot.position:
                 raise PrepareStalledError("prepare refused and the position did not move",
                                           run_id=self.run_id, position=snapshot.position)
+
+    def _prepare_command(self, position: int, prompt: Any) -> tuple[str, C.Command]:
+        """The PrepareModelRequest of *prompt* at *position* under its derived ids."""
+        model = prompt.model or prompt.request.model
+        if not model or model != prompt.request.model:
+            raise ValidationError("prompt model is empty or differs from its request",
+                                  model=model)
+        command_id = derive_model_request_command_id(self.run_id, position)
+        return command_id, C.PrepareModelRequest(
+            step_id=derive_model_step_id(self.run_id, command_id), model=model,
+            request=prompt.request, request_digest=digest_model_request(prompt.request),
+            input_ids=prompt.input_ids, prompt_token=prompt.token, tools=prompt.tools,
+        )
 
     # -- targets and dispatch ------------------------------------------------------------
 
@@ -335,9 +385,9 @@ class LoopContext:
 
     # -- model start: the start barrier (§5.6) ---------------------------------------------
 
-    async def _start_model(self, snapshot: Snapshot) -> Any:
-        step = snapshot.state.current
-        assert isinstance(step, ModelStep)
+    async def _model_start(self, step: ModelStep) -> tuple[str, Any, Any]:
+        """``(effect, assignment without its request, validate's refusal or None)`` of
+        the start of the PREPARED model step *step* (target resolved)."""
         eff = derive_effect_id(self.run_id, step.id, "", step.rejects)
         target = await self._resolve(TargetRequest(
             kind="model", session=self.scope, run_id=self.run_id, step_id=step.id,
@@ -346,7 +396,12 @@ class LoopContext:
             session=self.scope, run_id=self.run_id, step_id=step.id, call_id="", effect=eff,
             target=target, body=effect.ModelAssignment(
                 model=step.model, request_digest=step.request_digest, request=None))
-        failure = await self._validate(assignment)
+        return eff, assignment, await self._validate(assignment)
+
+    async def _start_model(self, snapshot: Snapshot) -> Any:
+        step = snapshot.state.current
+        assert isinstance(step, ModelStep)
+        eff, assignment, failure = await self._model_start(step)
         if failure is not None:
             raise ModelUnavailableError("the executor cannot serve this model",
                                         failure=failure, model=step.model)
@@ -355,28 +410,40 @@ class LoopContext:
                                        C.StartModelExecution(step.id, eff))
             if result is None:
                 return RELOAD
-            cur = result.snapshot.state.current
-            if not (isinstance(cur, ModelStep) and cur.id == step.id
-                    and cur.status is ModelStepStatus.EXECUTING and cur.effect == eff):
-                return RELOAD  # INV-25: only under the effect the log started
-            try:
-                request = await self.store.frozen_request(step.request_digest)
-            except FrozenValueMissingError:
-                await self.commit(result.snapshot.position, derive_recovery_command_id(eff),
-                                  C.RecoverModelExecution(step.id, eff))
-                raise
-            assignment = attrs.evolve(assignment, body=attrs.evolve(
-                assignment.body, request=request))
-            try:
-                await self._dispatch(assignment)
-            except StoppedBeforeDispatch:
-                return RELOAD  # not sent: CancelRun closes the effect (RUN-ACT-4)
-            except DispatchUnknownError:
-                raise  # leave EXECUTING; recovery decides later
-            except DispatchError:
-                await self.commit(result.snapshot.position, derive_recovery_command_id(eff),
-                                  C.RecoverModelExecution(step.id, eff))
-                raise
+            return await self._send_model(result.snapshot, step, eff, assignment)
+        raise AssertionError("unreachable: the shielded block returns")  # pragma: no cover
+
+    async def _send_model(self, started: Snapshot, step: ModelStep, eff: str,
+                          assignment: Any) -> Any:
+        """The dispatch half of the model start barrier (inside its shielded section):
+        *started* is the snapshot after StartModelExecution(*step*, *eff*) committed.
+        Returns the key, or RELOAD (not started under *eff*, or not sent: RUN-ACT-4).
+
+        Raises: FrozenValueMissingError / DispatchError (after RecoverModelExecution),
+        DispatchUnknownError (left EXECUTING).
+        """
+        cur = started.state.current
+        if not (isinstance(cur, ModelStep) and cur.id == step.id
+                and cur.status is ModelStepStatus.EXECUTING and cur.effect == eff):
+            return RELOAD  # INV-25: only under the effect the log started
+        try:
+            request = await self.store.frozen_request(step.request_digest)
+        except FrozenValueMissingError:
+            await self.commit(started.position, derive_recovery_command_id(eff),
+                              C.RecoverModelExecution(step.id, eff))
+            raise
+        assignment = attrs.evolve(assignment, body=attrs.evolve(
+            assignment.body, request=request))
+        try:
+            await self._dispatch(assignment)
+        except StoppedBeforeDispatch:
+            return RELOAD  # not sent: CancelRun closes the effect (RUN-ACT-4)
+        except DispatchUnknownError:
+            raise  # leave EXECUTING; recovery decides later
+        except DispatchError:
+            await self.commit(started.position, derive_recovery_command_id(eff),
+                              C.RecoverModelExecution(step.id, eff))
+            raise
         return assignment.key
 
     # -- tool starts and scheduling (§5.7) -------------------------------------------------
@@ -384,15 +451,9 @@ class LoopContext:
     async def _start_tools(self, snapshot: Snapshot, call_ids: tuple[str, ...]) -> Any:
         step = snapshot.state.current
         assert isinstance(step, ToolStep)
-        sched = step.scheduling
-        limit: float = 1 if sched.mode == "sequential" else math.inf
-        if sched.max_parallel > 0:
-            limit = min(limit, sched.max_parallel)
-        executing = sum(1 for c in step.calls if c.status is ToolCallStatus.EXECUTING)
-        free = limit - executing
-        if free <= 0:
+        batch = _window(step, call_ids)
+        if not batch:
             return LoopResult(disposition=LoopDisposition.WAITING, reason="window_full")
-        batch = call_ids[: int(min(free, len(call_ids)))]
         budget = self.settings.max_tool_calls
         started = await self.started_tool_calls() if budget and self.started_tool_calls else 0
         keys: list[Any] = []
@@ -438,13 +499,7 @@ class LoopContext:
     async def _start_tool(self, latest: Snapshot, step: ToolStep, call: ToolCallState,
                           keys: list[Any]) -> tuple[Snapshot, Any] | None:
         """Validate, start and dispatch one call. None = stop the batch (reload)."""
-        eff = derive_effect_id(self.run_id, step.id, call.call_id, 0)
-        target = await self._resolve(TargetRequest(
-            kind="tool", session=self.scope, run_id=self.run_id, step_id=step.id,
-            call_id=call.call_id, effect=eff, tool_ref=call.tool_ref,
-            placement=call.placement))
-        assignment = self._tool_assignment(step, call, eff, target)
-        failure = await self._validate(attrs.evolve(assignment, effect=""))
+        eff, assignment, failure = await self._tool_start(step, call)
         if failure is not None:
             result = await self.commit(
                 latest.position, derive_decline_command_id(self.run_id, step.id, call.call_id),
@@ -457,36 +512,73 @@ class LoopContext:
                                                        effect=eff))
             if result is None:
                 return None
-            cur = result.snapshot.state.current
-            now = cur.call(call.call_id) if isinstance(cur, ToolStep) else None
-            if now is None or now.status is not ToolCallStatus.EXECUTING or now.effect != eff:
-                return result.snapshot, None
             try:
-                await self._dispatch(assignment)
-            except StoppedBeforeDispatch:
-                return None  # not sent: stop the batch; CancelRun closes it (RUN-ACT-4)
+                return await self._send_tool(result.snapshot, step, call.call_id, eff,
+                                             assignment)
             except DispatchUnknownError as exc:
                 raise DispatchUnknownError(str(exc), dispatched=tuple(keys)) from exc
-            except DispatchError as exc:
-                settled = await self.commit(
-                    result.snapshot.position, derive_settlement_command_id(eff),
-                    C.SubmitToolFailure(
-                        step_id=step.id, call_id=call.call_id, effect=eff,
-                        failure=Failure(FailureClass.EXECUTION_FAILED, f"dispatch: {exc}"),
-                        outcome=ToolFailureOutcome.KNOWN))
-                return (settled.snapshot if settled else result.snapshot), None
-            self.emit(EventKind.TOOL_STARTED, step_id=step.id, call_id=call.call_id,
-                      effect=eff)
-        assert result is not None  # the shielded block returned early otherwise
-        return result.snapshot, assignment.key
+        raise AssertionError("unreachable: the shielded block returns")  # pragma: no cover
+
+    async def _tool_start(self, step: ToolStep, call: ToolCallState) -> tuple[str, Any, Any]:
+        """``(effect, assignment, validate's refusal or None)`` of *call*'s start."""
+        eff = derive_effect_id(self.run_id, step.id, call.call_id, 0)
+        target = await self._resolve(TargetRequest(
+            kind="tool", session=self.scope, run_id=self.run_id, step_id=step.id,
+            call_id=call.call_id, effect=eff, tool_ref=call.tool_ref,
+            placement=call.placement))
+        assignment = self._tool_assignment(step, call, eff, target)
+        return eff, assignment, await self._validate(attrs.evolve(assignment, effect=""))
+
+    async def _send_tool(self, started: Snapshot, step: ToolStep, call_id: str, eff: str,
+                         assignment: Any) -> tuple[Snapshot, Any] | None:
+        """The dispatch half of a tool start barrier (inside its shielded section):
+        *started* is the snapshot after StartToolCall(*call_id*, *eff*) committed.
+
+        Returns ``(latest snapshot, key or None)``; None = not sent (a business stop,
+        RUN-ACT-4: stop the batch). A KNOWN dispatch refusal is settled as
+        SubmitToolFailure (``execution_failed``). Raises DispatchUnknownError (left
+        EXECUTING; ``.dispatched`` is for the caller to fill).
+        """
+        cur = started.state.current
+        now = cur.call(call_id) if isinstance(cur, ToolStep) else None
+        if now is None or now.status is not ToolCallStatus.EXECUTING or now.effect != eff:
+            return started, None
+        try:
+            await self._dispatch(assignment)
+        except StoppedBeforeDispatch:
+            return None  # not sent: stop the batch; CancelRun closes it (RUN-ACT-4)
+        except DispatchUnknownError:
+            raise
+        except DispatchError as exc:
+            settled = await self.commit(
+                started.position, derive_settlement_command_id(eff),
+                C.SubmitToolFailure(
+                    step_id=step.id, call_id=call_id, effect=eff,
+                    failure=Failure(FailureClass.EXECUTION_FAILED, f"dispatch: {exc}"),
+                    outcome=ToolFailureOutcome.KNOWN))
+            return (settled.snapshot if settled else started), None
+        self.emit(EventKind.TOOL_STARTED, step_id=step.id, call_id=call_id, effect=eff)
+        return started, assignment.key
 
     # -- deliver (§5.8) ------------------------------------------------------------------
 
-    async def deliver(self, outcome: Any) -> LoopResult:
+    async def deliver(self, outcome: Any, builder: Any = None) -> LoopResult:
         """Settle *outcome* if it matches the running target; else DROPPED (INV-26).
 
+        With a *builder* (the drive passes one when it would advance right after this
+        settlement: nothing else of the Run in flight), the settlement is fused with what
+        ``advance`` would commit next up to its start barrier (RUN-LOP-11): the starts or
+        declines of the calls the scheduling window admits, or the next
+        PrepareModelRequest and StartModelExecution (only for a builder with
+        ``reads_pending``, and no ``before_prepare``) — one batch, one transaction —
+        then the started effects are dispatched; the result is DELIVERED with their keys
+        in ``dispatched``. Without a builder nothing but the settlement is committed.
+
         Raises: OwnershipLostError; FrozenValueMissingError with ``.result`` DELIVERED
-        after recovering a step whose frozen body is missing (D-7).
+        after recovering a step whose frozen body is missing (D-7). When fused, also what
+        ``advance`` raises at the same point (after the settlement is durable): the
+        builder's / resolver's errors, DispatchUnknownError (``.dispatched``), the model
+        start's FrozenValueMissingError / DispatchError.
         """
         dropped = LoopResult(disposition=LoopDisposition.DROPPED)
         key = outcome.key
@@ -510,23 +602,56 @@ class LoopContext:
             tool_call = call
         else:
             return dropped
-        with self._shield():
-            result = await self.commit(snapshot.position, command_id, command)
-            if result is None:
-                return dropped  # D-6: the effect is already over; no acknowledgement
-            acknowledges = self.acknowledges
-            if acknowledges is None:
-                acknowledges = isinstance(self.executor, effect.Acknowledger)
-            if acknowledges:
-                try:
-                    await self.executor.acknowledge(key)
-                except Exception:  # RUN-EXE-13: acknowledgement never affects settlement
-                    pass
-        assert result is not None  # the shielded block returned early otherwise
+        chain = None
+        if builder is not None and not missing_body and not self._cancelled():
+            chain = _Chain.open(snapshot, self.run_id, command_id, command)
+        if chain is None:
+            return await self._settle(snapshot, key, command_id, command, cur, tool_call,
+                                      missing_body)
+        try:
+            await self._continue(chain, builder)
+        except BaseException as exc:
+            # the builder / resolver failed (or the caller was cancelled) while the chain
+            # was planned: commit what was planned before it — what advance would have
+            # committed (and dispatched) before meeting the same error — then raise it;
+            # the keys dispatched stay in ``in_batch`` for the drive to settle (INV-28)
+            result = await self._settle_fused(chain, key, cur, tool_call)
+            if (not isinstance(exc, Exception)
+                    or result.disposition is LoopDisposition.DELIVERED):
+                raise
+            return result
+        result = await self._settle_fused(chain, key, cur, tool_call)
+        self.in_batch = []
+        return result
+
+    async def _acknowledge(self, key: Any) -> None:
+        acknowledges = self.acknowledges
+        if acknowledges is None:
+            acknowledges = isinstance(self.executor, effect.Acknowledger)
+        if acknowledges:
+            try:
+                await self.executor.acknowledge(key)
+            except Exception:  # RUN-EXE-13: acknowledgement never affects settlement
+                pass
+
+    def _completed(self, cur: Any, tool_call: ToolCallState | None, key: Any,
+                   facts: tuple[Fact, ...]) -> None:
         if tool_call is not None:
             assert isinstance(cur, ToolStep)
             self.emit(EventKind.TOOL_COMPLETED, step_id=cur.id, call_id=tool_call.call_id,
-                      effect=key.effect, committed=result.facts)
+                      effect=key.effect, committed=facts)
+
+    async def _settle(self, snapshot: Snapshot, key: Any, command_id: str,
+                      command: C.Command, cur: Any, tool_call: ToolCallState | None,
+                      missing_body: bool) -> LoopResult:
+        """Commit the settlement alone, acknowledge, emit (the unfused deliver)."""
+        with self._shield():
+            result = await self.commit(snapshot.position, command_id, command)
+            if result is None:
+                return LoopResult(disposition=LoopDisposition.DROPPED)  # D-6: no ack
+            await self._acknowledge(key)
+        assert result is not None  # the shielded block returned early otherwise
+        self._completed(cur, tool_call, key, result.facts)
         if result.snapshot.state.status is not RunStatus.ACTIVE:
             return self.finished(result.snapshot)
         delivered = LoopResult(disposition=LoopDisposition.DELIVERED)
@@ -534,6 +659,151 @@ class LoopContext:
             raise FrozenValueMissingError("the frozen request body is missing",
                                           result=delivered, run_id=self.run_id)
         return delivered
+
+    # -- fused commits (RUN-LOP-11) ---------------------------------------------------------
+
+    async def _continue(self, chain: _Chain, builder: Any) -> None:
+        """Extend *chain* (the settlement) with what ``advance`` would commit next on the
+        predicted state, up to and including its start barrier's starts."""
+        state = chain.predicted.state
+        if state.status is not RunStatus.ACTIVE:
+            return
+        match plan_next(state):
+            case StartToolCalls(call_ids=call_ids):
+                await self._plan_tool_starts(chain, call_ids)
+            case NeedModelRequest(hint=hint):
+                await self._plan_model(chain, builder, hint)
+            case _:
+                return
+
+    async def _plan_tool_starts(self, chain: _Chain, call_ids: tuple[str, ...]) -> None:
+        """``_start_tools`` without its I/O: the same window, budget, validation and
+        declines, decided on the predicted state and added to *chain*."""
+        step = chain.predicted.state.current
+        assert isinstance(step, ToolStep)
+        batch = _window(step, call_ids)
+        budget = self.settings.max_tool_calls
+        started = await self.started_tool_calls() if budget and self.started_tool_calls else 0
+        for call_id in batch:
+            if self._cancelled():
+                break
+            cur = chain.predicted.state.current
+            call = cur.call(call_id) if isinstance(cur, ToolStep) and cur.id == step.id else None
+            if call is None or call.status is not ToolCallStatus.PENDING:
+                continue
+            decline = derive_decline_command_id(self.run_id, step.id, call_id)
+            if budget and started >= budget:
+                if not chain.add(decline, C.DeclineToolCall(
+                        step_id=step.id, call_id=call_id, failure=Failure(
+                            BUDGET_EXCEEDED, f"tool budget of {budget} calls is spent"))):
+                    break
+                continue
+            eff, assignment, failure = await self._tool_start(step, call)
+            if failure is not None:
+                if not chain.add(decline, C.DeclineToolCall(
+                        step_id=step.id, call_id=call_id,
+                        failure=Failure(failure.class_, failure.message))):
+                    break
+                continue
+            if not chain.add(derive_start_command_id(eff), C.StartToolCall(
+                    step_id=step.id, call_id=call_id, effect=eff)):
+                break
+            chain.starts.append(_Start(len(chain.requests) - 1, step.id, call_id, eff,
+                                       assignment))
+            started += 1
+
+    async def _plan_model(self, chain: _Chain, builder: Any, hint: Any) -> None:
+        """``_prepare`` + ``_start_model`` without their I/O: build the prompt on the
+        predicted state (the builder reads ``hint.pending``), then add Prepare and, if the
+        executor serves the model, StartModelExecution to *chain*."""
+        if self.settings.before_prepare is not None:
+            return  # the hook reads the store: it must see the settlement durable
+        if getattr(builder, "reads_pending", False) is not True:
+            return  # the builder reads the log: it must see the settlement durable
+        hint = attrs.evolve(hint, scope=self.scope, pending=tuple(chain.facts),
+                            pending_bodies=tuple(chain.bodies))
+        position = chain.predicted.position
+        command_id, command = self._prepare_command(position, await builder.build(hint))
+        if not chain.add(command_id, command):
+            return
+        state = chain.predicted.state
+        if not isinstance(plan_next(state), StartModelCall):
+            return
+        step = state.current
+        assert isinstance(step, ModelStep)
+        eff, assignment, failure = await self._model_start(step)
+        if failure is not None:
+            return  # advance validates again and raises ModelUnavailableError
+        if chain.add(derive_start_command_id(eff), C.StartModelExecution(step.id, eff)):
+            chain.starts.append(_Start(len(chain.requests) - 1, step.id, "", eff, assignment,
+                                       model=step))
+
+    async def _settle_fused(self, chain: _Chain, key: Any, cur: Any,
+                            tool_call: ToolCallState | None) -> LoopResult:
+        """Commit *chain* (the settlement first) as one batch, then dispatch the starts it
+        committed — the start barrier: they are durable before they are sent — and
+        acknowledge *key*'s outcome. Each step runs in its own shielded, time-limited
+        section with no checkpoint between them, so a started effect is always sent (or
+        its failure settled) even if the caller is cancelled. A chain of the settlement
+        alone is :meth:`_settle`. The keys sent are left in ``in_batch`` (the caller
+        clears it); DELIVERED carries them in ``dispatched``."""
+        if len(chain.requests) == 1:
+            request = chain.requests[0]
+            return await self._settle(chain.loaded, key, request.envelope.id,
+                                      request.envelope.command, cur, tool_call, False)
+        with self._shield():
+            results = await self.commit_chain(chain)
+        if not results:
+            return LoopResult(disposition=LoopDisposition.DROPPED)  # D-6: no ack
+        self._completed(cur, tool_call, key, results[0].facts)
+        keys: list[Any] = []
+        self.in_batch = keys
+        try:
+            await self._send_starts(chain, results, keys)
+        except DispatchUnknownError:
+            self.in_batch = []  # its ``.dispatched`` carries the keys sent (D-4)
+            raise
+        finally:
+            with self._shield():
+                await self._acknowledge(key)
+        latest = results[-1].snapshot
+        if latest.state.status is not RunStatus.ACTIVE:
+            return self.finished(latest)
+        return LoopResult(disposition=LoopDisposition.DELIVERED, dispatched=tuple(keys))
+
+    async def _send_starts(self, chain: _Chain, results: tuple[CommitResult, ...],
+                           keys: list[Any]) -> None:
+        """Dispatch every start of *chain* that *results* committed, in order; the keys
+        sent go to *keys*. Errors as ``_start_tool`` / ``_start_model``; a tool dispatch
+        whose outcome is unknown does not stop the others (they are started already):
+        DispatchUnknownError is raised after them, ``.dispatched`` = the keys sent."""
+        unknown: DispatchUnknownError | None = None
+        for start in chain.starts:
+            if start.index >= len(results):
+                break  # refused: it and what follows wrote nothing
+            started = results[start.index].snapshot
+            with self._shield():
+                if start.model is not None:
+                    sent = await self._send_model(started, start.model, start.effect,
+                                                  start.assignment)
+                    if sent is not RELOAD:
+                        keys.append(sent)
+                    continue
+                step = started.state.current
+                if not isinstance(step, ToolStep) or step.id != start.step_id:
+                    break
+                try:
+                    out = await self._send_tool(started, step, start.call_id, start.effect,
+                                                start.assignment)
+                except DispatchUnknownError as exc:
+                    unknown = unknown or exc
+                    continue
+                if out is None:
+                    break  # a business stop: nothing more is sent (RUN-ACT-4)
+                if out[1] is not None:
+                    keys.append(out[1])
+        if unknown is not None:
+            raise DispatchUnknownError(str(unknown), dispatched=tuple(keys)) from unknown
 
     async def _model_command(self, state: MachineState, step: ModelStep,
                              outcome: Any) -> tuple[str, C.Command, bool]:
@@ -724,6 +994,103 @@ class LoopContext:
         except StoppedBeforeDispatch:
             raise EffectNotExecutingError("the Run is being cancelled: not redispatched",
                                           key=key) from None
+
+
+def _window(step: ToolStep, call_ids: tuple[str, ...]) -> tuple[str, ...]:
+    """The first of *call_ids* the step's scheduling window admits now (§5.7)."""
+    sched = step.scheduling
+    limit: float = 1 if sched.mode == "sequential" else math.inf
+    if sched.max_parallel > 0:
+        limit = min(limit, sched.max_parallel)
+    executing = sum(1 for c in step.calls if c.status is ToolCallStatus.EXECUTING)
+    free = limit - executing
+    if free <= 0:
+        return ()
+    return call_ids[: int(min(free, len(call_ids)))]
+
+
+@attrs.frozen
+class _Predicted:
+    """A CommitView holding only a predicted snapshot of the Run (RUN-LOP-11): what
+    ``evaluate_commit`` says about a command on the state the earlier commands of a
+    chain will leave. No replay index: a chain's commands are new."""
+
+    snapshot: Snapshot
+
+    def replay_facts(self, command_id: str, run_id: str) -> tuple[Fact, ...] | None:
+        return None
+
+    def active(self, run_id: str) -> Snapshot | None:
+        state = self.snapshot.state
+        if state.run_id == run_id and state.status is RunStatus.ACTIVE:
+            return self.snapshot
+        return None
+
+    def stream_exists(self, run_id: str) -> bool:
+        return True
+
+
+@attrs.frozen
+class _Start:
+    """A start a chain commits: its request index, target and Assignment (the model
+    step when it is the model's)."""
+
+    index: int
+    step_id: str
+    call_id: str
+    effect: str
+    assignment: Any
+    model: ModelStep | None = None
+
+
+@attrs.define
+class _Chain:
+    """Commands one fused commit carries, each decided on the state the ones before it
+    leave (predicted locally with the pure ``evaluate_commit``; RUN-LOP-11)."""
+
+    run_id: str
+    loaded: Snapshot
+    predicted: Snapshot
+    requests: list[CommitRequest] = attrs.Factory(list)
+    facts: list[Fact] = attrs.Factory(list)
+    bodies: list[tuple[str, bytes]] = attrs.Factory(list)
+    starts: list[_Start] = attrs.Factory(list)
+
+    @classmethod
+    def open(cls, snapshot: Snapshot, run_id: str, command_id: str,
+             command: C.Command) -> _Chain | None:
+        """A chain holding the settlement *command*; None if it cannot be predicted
+        (then the store decides it alone)."""
+        chain = cls(run_id, snapshot, snapshot)
+        return chain if chain.add(command_id, command) else None
+
+    def add(self, command_id: str, command: C.Command) -> bool:
+        """Append *command* if it is accepted on the predicted state (its facts and
+        bodies become pending); False (nothing added) if it would be refused."""
+        try:
+            request = CommitRequest(self.predicted.position,
+                                    envelope(self.run_id, command_id, command))
+            decision = evaluate_commit(_Predicted(self.predicted), request)
+            bodies = _bodies(command)
+        except RunxError:
+            return False
+        if not isinstance(decision, Append):
+            return False
+        self.requests.append(request)
+        self.facts.extend(decision.facts)
+        self.bodies.extend(bodies)
+        self.predicted = decision.snapshot
+        return True
+
+
+def _bodies(command: C.Command) -> tuple[tuple[str, bytes], ...]:
+    """The frozen bodies a settlement names, as the store will freeze them (§4.2)."""
+    match command:
+        case C.SubmitModelResult(result=result):
+            return (encode_frozen("model_result", result),)
+        case C.SubmitToolResult(result=result):
+            return (encode_frozen("tool_output", result.output),)
+    return ()
 
 
 def _executing_call(step: ToolStep, eff: str) -> ToolCallState | None:

@@ -101,6 +101,10 @@ class Settings:
     * ``max_tool_lookup_failures`` (3): consecutive tool steps with a
       ``tool_lookup_failed`` call; the model naming an unknown tool once more ends the
       Run with ``tool_lookup_limit``.
+
+    ``fused_commits`` (True): a drive commits a settlement together with the starts (or
+    the next prepare and model start) it enables, in one transaction (RUN-LOP-11);
+    False commits every command on its own (the same facts, more transactions).
     """
 
     scheduling: ToolScheduling = attrs.field(default=ToolScheduling(), validator=_scheduling)
@@ -115,3 +119,4 @@ class Settings:
     max_model_resends: int = attrs.field(default=3, validator=_non_negative)
     max_model_steps: int = attrs.field(default=100, validator=_non_negative)
     max_tool_lookup_failures: int = attrs.field(default=3, validator=_non_negative)
+    fused_commits: bool = True

@@ -238,7 +238,9 @@ class WrappedWriter:
 
 
 class GateRunStore(FaultyRunStore):
-    """A FaultyRunStore with a hook ``before(request)`` (async) run before each commit."""
+    """A FaultyRunStore with a hook ``before(request)`` (async) run before each commit
+    and ``after(request, result)`` after it; for a batch commit (RUN-CMT-7) ``before``
+    runs for each request before the batch, ``after`` for each committed one after it."""
 
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
@@ -252,6 +254,16 @@ class GateRunStore(FaultyRunStore):
         if self.after is not None:
             await self.after(request, result)
         return result
+
+    async def commit_batch(self, requests: Sequence[CommitRequest]) -> Any:
+        if self.before is not None:
+            for request in requests:
+                await self.before(request)
+        batch = await super().commit_batch(requests)
+        if self.after is not None:
+            for request, result in zip(requests, batch.results, strict=False):
+                await self.after(request, result)
+        return batch
 
 
 def command_type(request: CommitRequest) -> str:

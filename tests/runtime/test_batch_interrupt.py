@@ -78,7 +78,9 @@ async def test_fenced_batch_cancels_what_started(store: Any) -> None:
                 await store.open(SCOPE)
         await trio.lowlevel.checkpoint()
 
-    settings = Settings(target_resolver=fence_then_resolve)
+    # unfused (RUN-LOP-11): a fused batch fenced this way writes nothing at all
+    # (test_loop_fusion.py); here the first start commits and dispatches on its own
+    settings = Settings(target_resolver=fence_then_resolve, fused_commits=False)
     async with open_env(store, tools=[tool], model=model, settings=settings) as env:
         await env.create(RUN, "go")
         with trio.fail_after(30), pytest.raises(OwnershipLostError):

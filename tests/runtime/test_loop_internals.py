@@ -394,8 +394,12 @@ async def test_tool_start_stale_is_not_an_error(store, autojump_clock) -> None:
     probe = Probe()
     tools = [probe_tool("work", probe)]
     model = GatedModel([call_tools(tool_call("work")), reply("done")])
+    # unfused (RUN-LOP-11): a fused start is committed with the model's result, so
+    # nobody can settle the call between them; the race needs the separate start
+    settings = Settings(fused_commits=False)
     with trio.fail_after(HANG):
-        async with open_wrapped_env(store, tools=tools, model=model, proxy=True) as env:
+        async with open_wrapped_env(store, tools=tools, model=model, proxy=True,
+                                    settings=settings) as env:
             declined: list[str] = []
 
             async def race(assignment: effect.Assignment) -> None:
