@@ -74,7 +74,11 @@ class CountingModel:
 
 
 class BodyBuilder:
-    """A constant-size prompt (no transcript), so the loop itself is what is measured."""
+    """A constant-size prompt (no transcript), so the loop itself is what is measured.
+
+    It reads nothing from the store, so it opts in to fused commits (RUN-LOP-11)."""
+
+    reads_pending = True
 
     def __init__(self, tool: Any) -> None:
         self.tool = tool

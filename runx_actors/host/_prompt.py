@@ -141,7 +141,13 @@ class HostPromptBuilder:
 
     *created_at* gives the context entries' ``meta.created_at`` for a Run (its
     ``created_at_pin``, or the preparation time).
+
+    It reads ``hint.pending`` (``reads_pending``, RUN-LOP-11): its transcript is the log
+    followed by the facts the runtime decided but has not committed yet.
     """
+
+    #: Opt-in to fused commits: :meth:`build` honours ``hint.pending`` (RUN-LOP-11).
+    reads_pending = True
 
     def __init__(self, writer: Any, frozen: Any, package: Package, runner_name: str,
                  tools: Sequence[Tool], created_at: Callable[[str], str]) -> None:
@@ -159,7 +165,7 @@ class HostPromptBuilder:
             ContextRefError, ContextChangedDuringPreparation: a graph step's context
                 cannot be prepared (nothing is frozen).
         """
-        messages = await self._transcript.messages(hint.run_id)
+        messages = await self._transcript.messages(hint.run_id, hint)
         inputs: Any = {}
         for message in messages:
             if message.get("role") == "user":

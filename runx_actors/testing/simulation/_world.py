@@ -150,6 +150,11 @@ class SimBuilder:
         self.run_id = run_id
         self.inner = inner
 
+    @property
+    def reads_pending(self) -> bool:
+        """The inner builder's opt-in to fused commits (RUN-LOP-11)."""
+        return getattr(self.inner, "reads_pending", False) is True
+
     async def build(self, hint: Any) -> Any:
         fault = await self.world.op(f"builder {self.run_id}", ("raises",), run_id=self.run_id)
         if fault:

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ...effect import AttachmentState
-from ...protocol.commit import CommitRequest, CommitResult
+from ...protocol.commit import BatchResult, CommitRequest, CommitResult
 from ...protocol.errors import OutcomeNotReadyError
+from ...store.base import commit_batch
 
 if TYPE_CHECKING:
     from ._world import World
@@ -148,7 +149,10 @@ class SimWriter:
 
 class SimRunStore:
     """A RunStore behind points, with commit faults: the request lost (nothing applied),
-    applied but unanswered (the caller cannot tell), or the store closing."""
+    applied but unanswered (the caller cannot tell), or the store closing. A batch
+    commit (RUN-CMT-7) is one point with the same faults, on either side of its one
+    transaction: lost (nothing of the batch applied) or applied but unanswered (all of
+    its committed prefix applied)."""
 
     def __init__(self, inner: Any, writer: SimWriter) -> None:
         self.inner = inner
@@ -200,6 +204,36 @@ class SimRunStore:
             self.world.obs.injected(run_id, fault)
             raise SimulatedFault("commit applied, answer lost")
         return result
+
+    async def commit_batch(self, requests: Any) -> BatchResult:
+        requests = tuple(requests)
+        run_id = _run_of(requests[0]) if requests else ""
+        commands = "+".join(type(r.envelope.command).__name__ for r in requests)
+        faults = COMMIT_FAULTS[:2] + self.world.store_faults()
+        fault = await self.world.op(f"store.commit_batch {run_id} {commands}", faults,
+                                    run_id=run_id)
+        if fault == "store_closed":
+            self.world.close_store(self.writer.incarnation, run_id)
+        self._check_open()
+        if fault == "lost_request":
+            self.world.obs.injected(run_id, fault)
+            raise SimulatedFault("batch commit request lost (nothing applied)")
+        try:
+            async with self.world.ctl.real_operation():
+                batch = await commit_batch(self.inner, requests)
+        except BaseException as exc:
+            if requests:
+                self.world.obs.commit_refused(self.writer, requests[0], exc)
+            raise
+        for request, result in zip(requests, batch.results, strict=False):
+            await self.world.obs.committed(self.writer, request, result)
+        if batch.error is not None and len(batch.results) < len(requests):
+            self.world.obs.commit_refused(self.writer, requests[len(batch.results)],
+                                          batch.error)
+        if fault == "applied_unanswered":
+            self.world.obs.injected(run_id, fault)
+            raise SimulatedFault("batch commit applied, answer lost")
+        return batch
 
 
 class SimExecutor:
