@@ -231,7 +231,7 @@ class LoopContext:
         return result  # type: ignore[no-any-return]
 
     async def commit_chain(self, chain: _Chain) -> tuple[CommitResult, ...]:
-        """Commit *chain*'s requests as ONE batch: one transaction (RUN-CMT-7, RUN-LOP-11).
+        """Commit *chain*'s requests as ONE batch: one transaction (RUN-CMT-9, RUN-LOP-11).
 
         Returns the results of the committed prefix, one per request in order: all of
         them, or fewer when a request was refused (StaleRuntimeError,

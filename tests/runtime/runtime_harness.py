@@ -239,7 +239,7 @@ class WrappedWriter:
 
 class GateRunStore(FaultyRunStore):
     """A FaultyRunStore with a hook ``before(request)`` (async) run before each commit
-    and ``after(request, result)`` after it; for a batch commit (RUN-CMT-7) ``before``
+    and ``after(request, result)`` after it; for a batch commit (RUN-CMT-9) ``before``
     runs for each request before the batch, ``after`` for each committed one after it."""
 
     def __init__(self, inner: Any) -> None:

@@ -570,7 +570,7 @@ async def test_field_6_ambiguous_commit(store, autojump_clock) -> None:
 
             def first_response_lost(request: CommitRequest) -> bool:
                 # every first attempt of these commands applies, then its answer is lost
-                # (a batch commit, RUN-CMT-7, loses the answer of the whole batch when
+                # (a batch commit, RUN-CMT-9, loses the answer of the whole batch when
                 # it holds a first attempt; ``attempts`` already lists this one)
                 if not isinstance(request.envelope.command, kinds_):
                     return False

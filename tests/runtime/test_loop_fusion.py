@@ -1,4 +1,4 @@
-"""Fused commits of the actor loop (RUN-LOP-11, over RUN-CMT-7's batch commit).
+"""Fused commits of the actor loop (RUN-LOP-11, over RUN-CMT-9's batch commit).
 
 One agent-loop iteration (model step -> one tool call -> next model step) costs two
 durable transactions: [SubmitModelResult, StartToolCall] and [SubmitToolResult,
@@ -48,7 +48,7 @@ SUBMIT_MODEL, START_TOOL, SUBMIT_TOOL = "SubmitModelResult", "StartToolCall", "S
 
 class CountingRunStore(GateRunStore):
     """Records every durable transaction it is asked for: a commit is one, a batch
-    commit is one (RUN-CMT-7). ``transactions`` lists each as its command types."""
+    commit is one (RUN-CMT-9). ``transactions`` lists each as its command types."""
 
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
@@ -136,7 +136,7 @@ async def test_two_transactions_per_iteration(store: Any, autojump_clock: Any) -
 
 
 async def test_memory_store_counts_two_transactions_per_iteration(autojump_clock: Any) -> None:
-    """The store's own counter (RUN-CMT-7): 2 more transactions per extra iteration."""
+    """The store's own counter (RUN-CMT-9): 2 more transactions per extra iteration."""
     from runx_actors.store.memory import MemoryStore
 
     counts = {}

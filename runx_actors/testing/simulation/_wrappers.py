@@ -150,7 +150,7 @@ class SimWriter:
 class SimRunStore:
     """A RunStore behind points, with commit faults: the request lost (nothing applied),
     applied but unanswered (the caller cannot tell), or the store closing. A batch
-    commit (RUN-CMT-7) is one point with the same faults, on either side of its one
+    commit (RUN-CMT-9) is one point with the same faults, on either side of its one
     transaction: lost (nothing of the batch applied) or applied but unanswered (all of
     its committed prefix applied)."""
 
