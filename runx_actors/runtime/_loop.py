@@ -4,6 +4,13 @@ These are the steps of spec §5.4-§5.10, run by the Run's actor (never concurre
 one Run). Each iteration loads, asks the pure core (``plan_next``), and does exactly the
 I/O it named (style §5). The shell never edits state: failures are reported back to the
 core as commands.
+
+Fused commits (RUN-LOP-11): when the drive settles an Outcome it would advance right
+after, ``deliver`` predicts the state the settlement leaves (the pure ``evaluate_commit``
+on its own snapshot), decides what ``advance`` would commit next up to its start barrier
+— the tool starts/declines the window admits, or the next prepare and model start for a
+builder that reads ``PromptInput.pending`` — and commits the chain as one batch (one
+transaction, each command under its own derived id) before dispatching what it started.
 """
 
 from __future__ import annotations
