@@ -734,8 +734,8 @@ class LoopContext:
         if not chain.add(command_id, command):
             return
         state = chain.predicted.state
-        if not isinstance(plan_next(state), StartModelCall):
-            return
+        if self._cancelled() or not isinstance(plan_next(state), StartModelCall):
+            return  # as advance: no new effect once the drive was cancelled
         step = state.current
         assert isinstance(step, ModelStep)
         eff, assignment, failure = await self._model_start(step)

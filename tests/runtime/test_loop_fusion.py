@@ -501,3 +501,39 @@ def _one_start_per_effect(facts: Sequence[Any]) -> None:
     starts = [f.effect for f in facts if isinstance(f, F.ModelStepStarted | F.ToolCallStarted)]
     assert len(starts) == len(set(starts))
 
+
+
+async def test_drive_cancelled_while_building_starts_no_model(store: Any,
+                                                              autojump_clock: Any) -> None:
+    """``cancel_drive`` while the fused prompt is built: as with advance, the Prepare is
+    committed with the settlement but no model effect starts."""
+    from runx_actors.protocol.errors import DriveCancelledError
+
+    probe = Probe(result="r")
+    tools = [probe_tool("t", probe)]
+    model = script(1)
+    with trio.fail_after(HANG):
+        async with open_wrapped_env(store, tools=tools, model=model, wrap=counting,
+                                    proxy=True) as env:
+            builds: list[Any] = []
+
+            class Cancelling:
+                reads_pending = True
+
+                async def build(self, hint: Any) -> Any:
+                    builds.append(hint)
+                    if len(builds) == 2:
+                        env.handle().cancel_drive()
+                    return await env.builder.build(hint)
+
+            await env.create(RUN, "go")
+            with pytest.raises(DriveCancelledError):
+                await env.drive(builder=Cancelling())
+            assert (SUBMIT_TOOL, PREPARE) in env.faults.transactions
+            facts = await env.facts()
+            assert len(of_type(facts, F.ModelStepPrepared)) == 2
+            assert len(of_type(facts, F.ModelStepStarted)) == 1
+            assert len(env.executor.model_dispatches()) == 1 and model.calls == 1
+            result = await env.drive(builder=Cancelling())
+            assert result.disposition is LoopDisposition.FINISHED
+            _one_start_per_effect(await env.facts())
