@@ -65,6 +65,7 @@ _HELP = {
     "cancel": "The user may cancel a Run.",
     "stale_reads": "The loop may commit from an old snapshot.",
     "adversarial": "Forged commands and foreign-log facts (each must be refused).",
+    "fused": "A settling deliver commits the prepare/starts it enables in the same move.",
 }
 
 

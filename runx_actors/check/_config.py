@@ -61,3 +61,8 @@ class CheckConfig:
     """An adversary sends forged commands (stale and future bases, wrong and foreign ids,
     mismatched ToolSpecs, hand-built envelopes, commands to ended Runs) and feeds the fold
     facts no decide produced; each must be refused."""
+    fused: bool = attrs.field(default=True, validator=_flag)
+    """Fused commits, as the runtime commits: a deliver that settles an Outcome continues,
+    in the same move and atomically, with what the new state plans up to and including the
+    next start (a Prepare and the model start, or the starts of the PENDING calls), so a
+    crash or takeover lands only before or after the batch. Off: one commit per move."""

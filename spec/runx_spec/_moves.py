@@ -66,6 +66,7 @@ class Ctx:
     bugs: frozenset[str]  # the environment's (and the reference store's) broken variants
     sem: Semantics  # what a Run does: the reference's own, or the real core's
     adversarial: bool = False  # the adversary sends forged commands (``_forged_moves``)
+    fused: bool = True  # a settling deliver continues with the batch it enables (``_fused``)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -197,38 +198,83 @@ def _reconcile_moves(ctx: Ctx, w: World, o: int) -> Iterator[Move]:
 # --------------------------------------------------------------------------- the loop
 
 
-def _start(ctx: Ctx, w: World, o: int, r: int, cmd: Cmd, label: str) -> Move:
+def _start(ctx: Ctx, w: World, o: int, r: int, cmd: Cmd) -> tuple[World, str]:
     """The start barrier (§5.6 step 3, §5.7): commit the start, then dispatch only if the
-    returned snapshot shows the target EXECUTING under this effect (INV-25)."""
+    returned snapshot shows the target EXECUTING under this effect (INV-25). The effect
+    joins the end of the owner's start→dispatch section (a fused batch starts several)."""
     cid = ids.derive_start_command_id(cmd.effect)
     w, status = _commit(ctx, w, r, cid, cmd, w.owners[o].epoch, "loop", view_position(w, o, r))
     granted = status in OK and cmd.effect in ctx.sem.executing(w.store, r)
     w = _seen(ctx, w, o, r, status)
     if granted or "dispatch_before_start" in ctx.bugs:
-        w = _set(w, o, section=cmd.effect, offers=0)
-    return f"{label} -> {status}", w
+        section = w.owners[o].section
+        w = _set(w, o, section=(*section, cmd.effect), offers=w.owners[o].offers if section
+                 else 0)
+    return w, status
+
+
+def _planned(ctx: Ctx, w: World, o: int, r: int,
+             batch: bool = False) -> tuple[Cmd, str, World, str] | None:
+    """plan_next on the owner's snapshot (§2.9) and its commit, as ``(command, label,
+    next world, status)``; None when the loop has nothing to commit (idle, ended, the
+    model's bound on prepares). *batch*: only what a fused batch continues with — a
+    Prepare or a start, never a Withdraw (§7, fused commits)."""
+    base = view_position(w, o, r)
+    cmd = ctx.sem.plan(w.store, r, base)
+    if cmd is None or (cmd.kind == "StartToolCall" and "loop_skips_tool_calls" in ctx.bugs):
+        return None
+    if cmd.kind == "Prepare":
+        prepared = sum(f.kind == "ModelStepPrepared" for f in _stream(ctx, w, r))
+        if prepared >= ctx.max_prepares:
+            return None
+        cid = prepare_ids(r, base)[0]
+        w2, status = _commit(ctx, w, r, cid, cmd, w.owners[o].epoch, "loop", base)
+        return (cmd, f"Prepare({name(cmd.step)}, inputs={list(cmd.arg[1])})",
+                _seen(ctx, w2, o, r, status), status)
+    if cmd.kind == "Withdraw":
+        if batch:
+            return None
+        cid = ids.derive_withdraw_command_id(f"run-{r}", cmd.step)
+        w2, status = _commit(ctx, w, r, cid, cmd, w.owners[o].epoch, "loop", base)
+        return cmd, f"Withdraw({name(cmd.step)})", _seen(ctx, w2, o, r, status), status
+    w2, status = _start(ctx, w, o, r, cmd)  # StartModel, StartToolCall
+    return cmd, f"{cmd.kind}({name(cmd.effect)})", w2, status
 
 
 def _plan_moves(ctx: Ctx, w: World, o: int, r: int) -> Iterator[Move]:
     """plan_next on the owner's snapshot (§2.9) and the commit it leads to."""
-    me = OWNERS[o]
-    base = view_position(w, o, r)
-    cmd = ctx.sem.plan(w.store, r, base)
-    if cmd is None or (cmd.kind == "StartToolCall" and "loop_skips_tool_calls" in ctx.bugs):
-        return
-    if cmd.kind == "Prepare":
-        prepared = sum(f.kind == "ModelStepPrepared" for f in _stream(ctx, w, r))
-        if prepared < ctx.max_prepares:
-            cid = prepare_ids(r, base)[0]
-            w2, status = _commit(ctx, w, r, cid, cmd, w.owners[o].epoch, "loop", base)
-            yield (f"{me}: Prepare({name(cmd.step)}, inputs={list(cmd.arg[1])}) -> {status}",
-                   _seen(ctx, w2, o, r, status))
-    elif cmd.kind == "Withdraw":
-        cid = ids.derive_withdraw_command_id(f"run-{r}", cmd.step)
-        w2, status = _commit(ctx, w, r, cid, cmd, w.owners[o].epoch, "loop", base)
-        yield f"{me}: Withdraw({name(cmd.step)}) -> {status}", _seen(ctx, w2, o, r, status)
-    else:  # StartModel, StartToolCall
-        yield _start(ctx, w, o, r, cmd, f"{me}: {cmd.kind}({name(cmd.effect)})")
+    step = _planned(ctx, w, o, r)
+    if step is not None:
+        _, what, w2, status = step
+        yield f"{OWNERS[o]}: {what} -> {status}", w2
+
+
+def _fused(ctx: Ctx, w: World, o: int, r: int, label: str) -> Iterator[Move]:
+    """A fused commit (§7; the batch semantics of RUN-CMT-7): after its deliver settled an
+    Outcome of Run ``r`` (``w``, ``label``), the owner commits, in the same move, what the
+    new snapshot plans up to and including the next start — a Prepare, then the model
+    start; or the start of every PENDING call, in call order — each command under its own
+    derived id, as if committed one after the other, stopping at the first refusal (or
+    replay) and after a model start. No crash, takeover or other move lands inside the
+    batch: only on either side of it. The starts enter the start→dispatch section in
+    order and are dispatched one per move.
+
+    ``fused_split`` (a broken store): the batch is two transactions — the settle, then the
+    rest — and the second one can be lost while the batch reports success, so the loop
+    dispatches starts that are not in the log (INV-24)."""
+    parts, settled = [label], w
+    for _ in range(ctx.calls + 3):  # a Prepare and a model start, or one start per call
+        step = _planned(ctx, w, o, r, batch=True)
+        if step is None:
+            break
+        cmd, what, w, status = step
+        parts.append(f"{what} -> {status}")
+        if status != "accepted" or cmd.kind == "StartModel":
+            break
+    yield "; ".join(parts), w
+    if "fused_split" in ctx.bugs and len(parts) > 1 and w.owners[o].section:
+        lost = _set(settled, o, section=w.owners[o].section, offers=0)
+        yield f"{parts[0]}; [{'; '.join(parts[1:])}] lost, reported appended", lost
 
 
 def _accept(ctx: Ctx, w: World, effect: str) -> tuple[World, bool]:
@@ -260,9 +306,9 @@ def _compensate(ctx: Ctx, w: World, o: int, effect: str) -> tuple[World, str]:
 def _dispatch_moves(ctx: Ctx, w: World, o: int) -> Iterator[Move]:
     """The end of the section: dispatch with DispatchPolicy(2 offers) (§5.6, §5.7, §6.3)."""
     owner = w.owners[o]
-    effect = owner.section
+    effect = owner.section[0]
     label = f"{OWNERS[o]}: Dispatch({name(effect)})"
-    done = _set(w, o, section="", offers=0)
+    done = _set(w, o, section=owner.section[1:], offers=0)
     w2, ok = _accept(ctx, done, effect)
     if ok:
         yield f"{label} -> accepted", w2
@@ -326,17 +372,27 @@ def _deliver(ctx: Ctx, w: World, o: int, effect: str, outcome: str) -> tuple[Wor
 
 def _deliver_moves(ctx: Ctx, w: World, o: int) -> Iterator[Move]:
     """Any live owner reads any settled, unacknowledged record (the Watcher polls, so a lost
-    notification only delays the read) or receives a duplicated Outcome still in flight."""
+    notification only delays the read) or receives a duplicated Outcome still in flight.
+    With ``fused``, a driving owner's settle that appended continues as a fused batch."""
     me = OWNERS[o]
+    fuse = ctx.fused and w.owners[o].phase == "drive"
     for rec in w.recs:
         if rec.status == "settled":
             w2, status = _deliver(ctx, w, o, rec.effect, rec.outcome)
-            yield f"{me}: Deliver({name(rec.effect)}, {rec.outcome}) -> {status}", w2
+            label = f"{me}: Deliver({name(rec.effect)}, {rec.outcome}) -> {status}"
+            if fuse and status == "accepted":
+                yield from _fused(ctx, w2, o, EFFECTS[rec.effect].run, label)
+            else:
+                yield label, w2
     for item in sorted(set(w.inflight)):
         rest = list(w.inflight)
         rest.remove(item)
         w2, status = _deliver(ctx, replace(w, inflight=tuple(rest)), o, *item)
-        yield f"{me}: Deliver({name(item[0])}, {item[1]}) [duplicate] -> {status}", w2
+        label = f"{me}: Deliver({name(item[0])}, {item[1]}) [duplicate] -> {status}"
+        if fuse and status == "accepted":
+            yield from _fused(ctx, w2, o, EFFECTS[item[0]].run, label)
+        else:
+            yield label, w2
 
 
 def _owner_moves(ctx: Ctx, w: World, o: int) -> Iterator[Move]:

@@ -364,8 +364,10 @@ class Owner:
 
     ``phase`` — "down" (not started), "reconcile" (opened the scope, recovering before it
     drives), "drive", or "fenced" (it got OwnershipLostError and stopped for good).
-    ``section`` — the EffectID of the shielded start→dispatch section in progress ("" if
-    none); ``offers`` — dispatch offers of it refused retryable so far.
+    ``section`` — the EffectIDs of the shielded start→dispatch section in progress, in
+    start order (``()`` if none): one start, or the starts of a fused batch (§7, fused
+    commits), dispatched one per move from the head; ``offers`` — dispatch offers of the
+    head refused retryable so far.
     ``aborting`` — targets its reconciler found ``missing`` and is about to abort.
     ``views`` — only with ``stale_reads``: per Run, the RunPosition of the snapshot its
     loop loaded last (otherwise the loop plans from the projection itself).
@@ -374,7 +376,7 @@ class Owner:
     epoch: int = 0
     alive: bool = False
     phase: str = "down"
-    section: str = ""
+    section: tuple[str, ...] = ()
     offers: int = 0
     aborting: tuple[str, ...] = ()
     views: tuple[int, ...] = ()

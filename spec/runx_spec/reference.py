@@ -76,6 +76,9 @@ VARIANTS: dict[str, str] = {
                              "refused (not durable)",
     "loop_skips_tool_calls": "the loop never starts a PENDING tool call (the Run stalls: "
                              "found only by --check-deadlock)",
+    "fused_split": "a fused batch is two transactions, the settle and then the rest; the "
+                   "second can be lost while the batch reports success, so the loop "
+                   "dispatches starts that are not in the log",
 }
 
 #: The invariant that catches each variant first (in BFS order, with the test configs).
@@ -94,6 +97,7 @@ EXPECTED: dict[str, str] = {
     "abort_overrides_accept": "INV-31",
     "dispatch_before_start": "INV-24",
     "loop_skips_tool_calls": "DEADLOCK",
+    "fused_split": "INV-24",
 }
 
 
@@ -115,6 +119,8 @@ class ReferenceConfig:
     cancel: bool = False  # the user may cancel the Run at any time
     stale_reads: bool = False  # the loop may commit from a snapshot older than the store
     adversarial: bool = False  # an adversary sends forged commands (``_moves._forged_moves``)
+    fused: bool = True  # fused commits: a settling deliver continues, in the same move, with
+    # the Prepare / starts the new state plans (``_moves._fused``); False: one commit a move
 
 
 class ReferenceModel:
@@ -134,7 +140,7 @@ class ReferenceModel:
                        malformed=bool(get("malformed")), failures=bool(get("failures")),
                        cancel=bool(get("cancel")), stale_reads=bool(get("stale_reads")),
                        bugs=frozenset({variant}) if variant else frozenset(), sem=REFERENCE,
-                       adversarial=bool(get("adversarial")))
+                       adversarial=bool(get("adversarial")), fused=bool(get("fused")))
         self._budgets = (get("crashes"), get("takeovers"), get("duplicates"))
         self.variant = variant
         self.name = "reference" + (f"[{variant}]" if variant else "")
@@ -213,7 +219,7 @@ def describe_environment(w: World) -> dict[str, Any]:
     return {
         "owners": {OWNERS[o]: {"epoch": x.epoch, "alive": x.alive, "phase": x.phase,
                                "views": list(x.views),
-                               "section": name(x.section) if x.section else ""}
+                               "section": ", ".join(name(e) for e in x.section)}
                    for o, x in enumerate(w.owners)},
         "executor": {name(r.effect): {"status": r.status, "accepts": r.accepts,
                                       "restarts": r.restarts, "outcome": r.outcome}

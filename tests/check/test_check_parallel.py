@@ -112,7 +112,7 @@ TINY: dict[str, Any] = dict(runs=1, calls=1, crashes=0, takeovers=0, duplicates=
     ("reference", None, {"takeovers": 1, "inputs": 1, "cancel": True}),
     ("reference", "dispose_orphaned", {"crashes": 1, "takeovers": 1}),
     ("core", "replay_reapplies", {"duplicates": 1, "inputs": 1}),
-    ("core", "complete_non_executing", {"adversarial": True}),
+    ("core", "complete_non_executing", {"adversarial": True, "calls": 2, "approvals": True}),
 ])
 def test_the_real_models_give_identical_results(
         name: str, variant: str | None, needs: dict[str, Any]) -> None:

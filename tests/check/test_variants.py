@@ -54,9 +54,12 @@ NEEDS: dict[str, dict[str, Any]] = {
     "dispatch_before_start": {"takeovers": 1},
     "start_despite_inputs": {"inputs": 1},
     "loop_skips_tool_calls": {},
+    "fused_split": {},  # fused commits are on by default (TINY leaves ``fused`` alone)
     # the single-edit mutants of the real core (issue 13): the adversary finds them
     "prepare_cas_behind_only": {"adversarial": True},
-    "complete_non_executing": {"adversarial": True},
+    # a forged completion of a call that is not EXECUTING needs one outside a fused batch:
+    # with fused commits a direct call is started in the batch that opens its step
+    "complete_non_executing": {"adversarial": True, "calls": 2, "approvals": True},
     "input_id_first_only": {"adversarial": True},
     "toolspec_unchecked": {"adversarial": True},
     "envelope_type_and": {"adversarial": True},

@@ -75,7 +75,7 @@ TOOLS2 = ReferenceConfig(calls=2, crashes=0, takeovers=0, duplicates=1, inputs=0
 
 MODEL_START = ("owner1: Prepare(r0.m1", "owner1: StartModel(r0.m1#0)")
 TOOL_STEP = (*MODEL_START, "Dispatch(r0.m1#0) -> accepted", "executor: Finish(r0.m1#0, tools)",
-             "owner1: Deliver(r0.m1#0, tools)")
+             "owner1: Deliver(r0.m1#0, tools)")  # fused: the direct call starts in the batch
 
 
 # --------------------------------------------------------------------------- exploration
@@ -174,9 +174,13 @@ def test_ids_are_the_protocol_derivations():
     assert state.store.log[1].cid == prepare
     assert state.store.log[2].cid == ids.derive_start_command_id(effect)
     assert state.store.log[3].cid == ids.derive_settlement_command_id(effect)
-    opened = facts[-1]
-    assert opened.step == ids.derive_tool_step_id(step)
-    assert opened.arg[1][0].id == ids.derive_call_id(step, 0)
+    opened = facts[-2]  # the fused batch: the settlement, then the start of call 0
+    assert opened.kind == "ToolStepOpened" and opened.step == ids.derive_tool_step_id(step)
+    call = ids.derive_call_id(step, 0)
+    assert opened.arg[1][0].id == call
+    call_effect = ids.derive_effect_id("run-0", opened.step, call, 0)
+    assert (facts[-1].kind, facts[-1].effect) == ("ToolCallStarted", call_effect)
+    assert state.store.log[4].cid == ids.derive_start_command_id(call_effect)
 
 
 # --------------------------------------------------------------------------- environment moves
@@ -188,15 +192,15 @@ def test_duplicated_outcome_after_settlement_writes_nothing():
                              "executor: Finish(r0.m1#0, tools)",
                              "env: Duplicate(r0.m1#0, tools)",
                              "owner1: Deliver(r0.m1#0, tools) -> accepted",
+                             "owner1: Dispatch(r0.m1.c0) -> accepted",
                              "owner1: Deliver(r0.m1#0, tools) [duplicate] -> already_applied")
     assert after.store.log == before.store.log and after.inflight == ()
 
 
 def test_lost_duplicate_and_reordered_outcomes():
     model = build_model(TOOLS2)
-    states = walk(model, *TOOL_STEP, "ApproveToolCall(r0.m1.c1)",
-                  "StartToolCall(r0.m1.c0)", "Dispatch(r0.m1.c0) -> accepted",
-                  "StartToolCall(r0.m1.c1)", "Dispatch(r0.m1.c1) -> accepted",
+    states = walk(model, *TOOL_STEP, "Dispatch(r0.m1.c0) -> accepted",
+                  "ApproveToolCall(r0.m1.c1)", "StartToolCall(r0.m1.c1)", "Dispatch(r0.m1.c1) -> accepted",
                   "executor: Finish(r0.m1.c1, ok)", "executor: Finish(r0.m1.c0, ok)",
                   "env: Duplicate(r0.m1.c0, ok)", "env: Lose(r0.m1.c0, ok)",
                   "owner1: Deliver(r0.m1.c1, ok)", "owner1: Deliver(r0.m1.c0, ok)")
@@ -206,8 +210,7 @@ def test_lost_duplicate_and_reordered_outcomes():
 
 def test_late_outcome_after_cancel_is_dropped():
     model = build_model(SMALL)
-    *_, cancelled, late = walk(model, *TOOL_STEP, "StartToolCall(r0.m1.c0)",
-                               "Dispatch(r0.m1.c0) -> accepted", "user: CancelRun(run-0)",
+    *_, cancelled, late = walk(model, *TOOL_STEP, "Dispatch(r0.m1.c0) -> accepted", "user: CancelRun(run-0)",
                                "executor: Finish(r0.m1.c0, ok)",
                                "owner1: Deliver(r0.m1.c0, ok) -> terminal")
     facts = cancelled.store.log[-1].facts
@@ -254,7 +257,7 @@ def test_crash_between_start_and_dispatch_is_recovered_by_the_restart():
                                       "env: CrashRestart(owner1, epoch=2)",
                                       "owner1: Attach(r0.m1#0) -> missing",
                                       "owner1: Abort(r0.m1#0) -> aborted: dispose")
-    assert (restarted.owners[0].phase, restarted.owners[0].section) == ("reconcile", "")
+    assert (restarted.owners[0].phase, restarted.owners[0].section) == ("reconcile", ())
     last = disposed.store.log[-1]
     assert [f.kind for f in last.facts] == ["ModelStepRecovered"]
     assert last.cid == ids.derive_recovery_command_id(last.facts[0].effect)
@@ -265,8 +268,7 @@ def test_crash_between_start_and_dispatch_is_recovered_by_the_restart():
 def test_orphaned_key_is_deferred_and_a_replay_never_tool_is_not_rerun():
     model = build_model(SMALL)
     *_, deferred, adopted, settled = walk(
-        model, *TOOL_STEP, "StartToolCall(r0.m1.c0)", "Dispatch(r0.m1.c0) -> accepted",
-        "env: WorkerCrash(r0.m1.c0)", "owner2: TakeOver(epoch=2)",
+        model, *TOOL_STEP, "Dispatch(r0.m1.c0) -> accepted", "env: WorkerCrash(r0.m1.c0)", "owner2: TakeOver(epoch=2)",
         "owner2: ReconcileDone",  # orphaned: DEFER, the call stays EXECUTING
         "executor: Adopt(r0.m1.c0) -> unknown", "owner2: Deliver(r0.m1.c0, unknown)")
     assert deferred.store.runs[0].current.calls[0].status == "executing"

@@ -9,8 +9,10 @@ wrapper of one of them.
   projection (``reapply_replays``);
 * ``shell_bugs``: defects of the shell, which the environment (``runx_spec._moves``, the
   one definition of the moves both models share) switches on by name — the epoch bump on
-  open (``shared_epoch``) and which effect a delivered Outcome settles
-  (``settle_foreign_effect``).
+  open (``shared_epoch``), which effect a delivered Outcome settles
+  (``settle_foreign_effect``), whether the loop starts tool calls
+  (``loop_skips_tool_calls``) and whether a fused batch is one transaction
+  (``fused_split``).
 
 ``CORRECT`` is the implementation as shipped. Every entry of :data:`VARIANTS` breaks
 exactly one thing, by wrapping a real function (never by patching a module): the wrapped
@@ -336,6 +338,7 @@ _IMPLS: dict[str, Impl] = {
     "start_despite_inputs": Impl("start_despite_inputs", plan=_plan_ignoring_inputs),
     "loop_skips_tool_calls": Impl("loop_skips_tool_calls",
                                   shell_bugs=frozenset({"loop_skips_tool_calls"})),
+    "fused_split": Impl("fused_split", shell_bugs=frozenset({"fused_split"})),
 }
 
 #: Broken variants of the core: name → the one defect it switches on.
@@ -362,6 +365,9 @@ VARIANTS: dict[str, str] = {
                             "pending, instead of withdrawing it",
     "loop_skips_tool_calls": "the loop never starts a PENDING tool call (the Run stalls: "
                              "found only by --check-deadlock)",
+    "fused_split": "the store's batch is two transactions, the settle and then the rest; "
+                   "the second can be lost while the batch reports success, so the loop "
+                   "dispatches starts that are not in the log",
     # single-edit mutants of the shipped source (issue 13)
     "prepare_cas_behind_only": "evaluate_commit's Prepare CAS refuses only bases behind the "
                                "position (`<` for `!=`): a base ahead is accepted",
@@ -392,6 +398,7 @@ EXPECTED: dict[str, str] = {
     "double_tool_start": "INV-6",
     "start_despite_inputs": "INV-14",
     "loop_skips_tool_calls": "DEADLOCK",
+    "fused_split": "INV-24",
     "prepare_cas_behind_only": "ADV-1",
     "complete_non_executing": "ADV-2",
     "input_id_first_only": "ADV-1",

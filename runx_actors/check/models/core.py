@@ -66,6 +66,7 @@ class CoreConfig:
     cancel: bool = False
     stale_reads: bool = False
     adversarial: bool = False
+    fused: bool = True
 
 
 def _ghost(prefix: str) -> Callable[[Any], str | None]:
@@ -134,7 +135,7 @@ class CoreModel(ModelBase):
             malformed=bool(get("malformed")), failures=bool(get("failures")),
             cancel=bool(get("cancel")), stale_reads=bool(get("stale_reads")),
             bugs=self.impl.shell_bugs, sem=CoreSemantics(self.impl),
-            adversarial=bool(get("adversarial")))
+            adversarial=bool(get("adversarial")), fused=bool(get("fused")))
         self._budgets = (get("crashes"), get("takeovers"), get("duplicates"))
         self.name = "core" + (f"[{variant}]" if variant else "")
         self._invariants = (
