@@ -4,6 +4,10 @@ Each generator yields ``(label, next_world)``; a label reads ``"actor: Action(ar
 Owners plan from their snapshot (:func:`view`) and the store decides. What an owner holds
 in memory (its start→dispatch section, the keys it is aborting) is lost when it crashes.
 
+With ``Ctx.fused`` (the default) a deliver that settles an Outcome continues, in the same
+move, with the batch the new state plans (:func:`_fused`), as the runtime commits it: a
+crash or takeover lands only on either side of a batch, never inside it.
+
 The environment is written once. Whatever depends on what a Run *does* — committing,
 loading, planning, the EXECUTING effects — is asked of ``ctx.sem`` (``_semantics``): the
 reference model passes its own semantics, the ``core`` model of ``runx_actors.check`` an
@@ -218,7 +222,7 @@ def _planned(ctx: Ctx, w: World, o: int, r: int,
     """plan_next on the owner's snapshot (§2.9) and its commit, as ``(command, label,
     next world, status)``; None when the loop has nothing to commit (idle, ended, the
     model's bound on prepares). *batch*: only what a fused batch continues with — a
-    Prepare or a start, never a Withdraw (§7, fused commits)."""
+    Prepare or a start, never a Withdraw (:func:`_fused`)."""
     base = view_position(w, o, r)
     cmd = ctx.sem.plan(w.store, r, base)
     if cmd is None or (cmd.kind == "StartToolCall" and "loop_skips_tool_calls" in ctx.bugs):
@@ -250,8 +254,8 @@ def _plan_moves(ctx: Ctx, w: World, o: int, r: int) -> Iterator[Move]:
 
 
 def _fused(ctx: Ctx, w: World, o: int, r: int, label: str) -> Iterator[Move]:
-    """A fused commit (§7; the batch semantics of RUN-CMT-7): after its deliver settled an
-    Outcome of Run ``r`` (``w``, ``label``), the owner commits, in the same move, what the
+    """A fused commit (SPEC.md §5, "the checker's environment"): after its deliver settled
+    an Outcome of Run ``r`` (``w``, ``label``), the owner commits, in the same move, what the
     new snapshot plans up to and including the next start — a Prepare, then the model
     start; or the start of every PENDING call, in call order — each command under its own
     derived id, as if committed one after the other, stopping at the first refusal (or

@@ -365,9 +365,9 @@ class Owner:
     ``phase`` — "down" (not started), "reconcile" (opened the scope, recovering before it
     drives), "drive", or "fenced" (it got OwnershipLostError and stopped for good).
     ``section`` — the EffectIDs of the shielded start→dispatch section in progress, in
-    start order (``()`` if none): one start, or the starts of a fused batch (§7, fused
-    commits), dispatched one per move from the head; ``offers`` — dispatch offers of the
-    head refused retryable so far.
+    start order (``()`` if none): one start, or the starts of a fused batch
+    (``_moves._fused``), dispatched one per move from the head; ``offers`` — dispatch
+    offers of the head refused retryable so far.
     ``aborting`` — targets its reconciler found ``missing`` and is about to abort.
     ``views`` — only with ``stale_reads``: per Run, the RunPosition of the snapshot its
     loop loaded last (otherwise the loop plans from the projection itself).

@@ -26,6 +26,9 @@ Modelling choices (each keeps the state space small without hiding a behaviour):
   delayed read; duplicated reads are copies in flight that can arrive late or be lost.
   Acceptance and start are one step (``accepted`` and ``running`` race abort alike).
 * One ToolStep per Run, ``max_prepares`` model steps per Run; tools never replay.
+* Fused commits (``fused``, on by default, as the runtime commits): a settling deliver
+  goes on, in the same move, with the Prepare and starts the new state plans; each
+  command keeps its own commit and command id, and no fault lands between them.
 """
 
 from __future__ import annotations

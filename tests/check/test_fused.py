@@ -21,7 +21,7 @@ the batch; ``--no-fused`` keeps one commit per move. Checked here on both models
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +143,7 @@ def test_settle_starts_the_next_pending_call(name: str) -> None:
                       "executor: Finish(r0.m1.c0, ok)",
                       "owner1: Deliver(r0.m1.c0, ok) -> accepted; "
                       "StartToolCall(r0.m1.c1) -> accepted")
-    assert [lbl for lbl in _labels(model, after) if lbl.startswith("owner1")][0].startswith(
+    assert next(lbl for lbl in _labels(model, after) if lbl.startswith("owner1")).startswith(
         "owner1: Dispatch(r0.m1.c1)")
 
 
@@ -197,6 +197,10 @@ class _Seen:
     tag: str = ""
 
 
+def _on_world(check: Callable[[Any], str | None]) -> Callable[[_Seen], str | None]:
+    return lambda seen: check(seen.world)
+
+
 class _CrashAroundFused(ModelBase):
     """The model, observed: a crash-restart of an owner is tagged ``crash-before`` when
     that owner could have made a fused move instead, ``crash-after`` when the move just
@@ -231,7 +235,7 @@ class _CrashAroundFused(ModelBase):
         def check(seen: _Seen) -> str | None:
             return self.target if seen.tag == self.target else None
         return (Invariant("FOUND", "no crash at the observed point", check),
-                *(Invariant(i.name, i.description, lambda s, c=i.check: c(s.world))
+                *(Invariant(i.name, i.description, _on_world(i.check))
                   for i in self.inner.invariants()))
 
     def canonical(self, seen: _Seen) -> Hashable:

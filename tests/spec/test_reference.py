@@ -200,7 +200,8 @@ def test_duplicated_outcome_after_settlement_writes_nothing():
 def test_lost_duplicate_and_reordered_outcomes():
     model = build_model(TOOLS2)
     states = walk(model, *TOOL_STEP, "Dispatch(r0.m1.c0) -> accepted",
-                  "ApproveToolCall(r0.m1.c1)", "StartToolCall(r0.m1.c1)", "Dispatch(r0.m1.c1) -> accepted",
+                  "ApproveToolCall(r0.m1.c1)", "StartToolCall(r0.m1.c1)",
+                  "Dispatch(r0.m1.c1) -> accepted",
                   "executor: Finish(r0.m1.c1, ok)", "executor: Finish(r0.m1.c0, ok)",
                   "env: Duplicate(r0.m1.c0, ok)", "env: Lose(r0.m1.c0, ok)",
                   "owner1: Deliver(r0.m1.c1, ok)", "owner1: Deliver(r0.m1.c0, ok)")
@@ -210,7 +211,8 @@ def test_lost_duplicate_and_reordered_outcomes():
 
 def test_late_outcome_after_cancel_is_dropped():
     model = build_model(SMALL)
-    *_, cancelled, late = walk(model, *TOOL_STEP, "Dispatch(r0.m1.c0) -> accepted", "user: CancelRun(run-0)",
+    *_, cancelled, late = walk(model, *TOOL_STEP, "Dispatch(r0.m1.c0) -> accepted",
+                               "user: CancelRun(run-0)",
                                "executor: Finish(r0.m1.c0, ok)",
                                "owner1: Deliver(r0.m1.c0, ok) -> terminal")
     facts = cancelled.store.log[-1].facts
@@ -268,7 +270,8 @@ def test_crash_between_start_and_dispatch_is_recovered_by_the_restart():
 def test_orphaned_key_is_deferred_and_a_replay_never_tool_is_not_rerun():
     model = build_model(SMALL)
     *_, deferred, adopted, settled = walk(
-        model, *TOOL_STEP, "Dispatch(r0.m1.c0) -> accepted", "env: WorkerCrash(r0.m1.c0)", "owner2: TakeOver(epoch=2)",
+        model, *TOOL_STEP, "Dispatch(r0.m1.c0) -> accepted", "env: WorkerCrash(r0.m1.c0)",
+        "owner2: TakeOver(epoch=2)",
         "owner2: ReconcileDone",  # orphaned: DEFER, the call stays EXECUTING
         "executor: Adopt(r0.m1.c0) -> unknown", "owner2: Deliver(r0.m1.c0, unknown)")
     assert deferred.store.runs[0].current.calls[0].status == "executing"
