@@ -218,14 +218,16 @@ def _start(ctx: Ctx, w: World, o: int, r: int, cmd: Cmd) -> tuple[World, str]:
 
 
 def _planned(ctx: Ctx, w: World, o: int, r: int,
-             batch: bool = False) -> tuple[Cmd, str, World, str] | None:
+             kinds: frozenset[str] | None = None) -> tuple[Cmd, str, World, str] | None:
     """plan_next on the owner's snapshot (§2.9) and its commit, as ``(command, label,
     next world, status)``; None when the loop has nothing to commit (idle, ended, the
-    model's bound on prepares). *batch*: only what a fused batch continues with — a
-    Prepare or a start, never a Withdraw (:func:`_fused`)."""
+    model's bound on prepares) or, with *kinds*, plans a command of another kind (what a
+    fused batch may continue with: :func:`_fused`)."""
     base = view_position(w, o, r)
     cmd = ctx.sem.plan(w.store, r, base)
     if cmd is None or (cmd.kind == "StartToolCall" and "loop_skips_tool_calls" in ctx.bugs):
+        return None
+    if kinds is not None and cmd.kind not in kinds:
         return None
     if cmd.kind == "Prepare":
         prepared = sum(f.kind == "ModelStepPrepared" for f in _stream(ctx, w, r))
@@ -236,8 +238,6 @@ def _planned(ctx: Ctx, w: World, o: int, r: int,
         return (cmd, f"Prepare({name(cmd.step)}, inputs={list(cmd.arg[1])})",
                 _seen(ctx, w2, o, r, status), status)
     if cmd.kind == "Withdraw":
-        if batch:
-            return None
         cid = ids.derive_withdraw_command_id(f"run-{r}", cmd.step)
         w2, status = _commit(ctx, w, r, cid, cmd, w.owners[o].epoch, "loop", base)
         return cmd, f"Withdraw({name(cmd.step)})", _seen(ctx, w2, o, r, status), status
@@ -253,28 +253,40 @@ def _plan_moves(ctx: Ctx, w: World, o: int, r: int) -> Iterator[Move]:
         yield f"{OWNERS[o]}: {what} -> {status}", w2
 
 
+#: What a fused batch continues with, by the kind of its last command (RUN-LOP-11): a
+#: settlement → the starts of the PENDING calls, or a Prepare and then the model start.
+_BATCH_NEXT: dict[str, frozenset[str]] = {
+    "": frozenset({"StartToolCall", "Prepare"}),
+    "StartToolCall": frozenset({"StartToolCall"}),
+    "Prepare": frozenset({"StartModel"}),
+    "StartModel": frozenset(),
+}
+
+
 def _fused(ctx: Ctx, w: World, o: int, r: int, label: str) -> Iterator[Move]:
-    """A fused commit (SPEC.md §5, "the checker's environment"): after its deliver settled
-    an Outcome of Run ``r`` (``w``, ``label``), the owner commits, in the same move, what the
-    new snapshot plans up to and including the next start — a Prepare, then the model
-    start; or the start of every PENDING call, in call order — each command under its own
-    derived id, as if committed one after the other, stopping at the first refusal (or
-    replay) and after a model start. No crash, takeover or other move lands inside the
-    batch: only on either side of it. The starts enter the start→dispatch section in
-    order and are dispatched one per move.
+    """A fused commit (SPEC.md §5, "the checker's environment"; RUN-LOP-11, RUN-CMT-9):
+    after its deliver settled an Outcome of Run ``r`` (``w``, ``label``) with nothing else
+    of the Run EXECUTING, the owner commits, in the same move, what the new snapshot plans
+    up to its start barrier — the start of every PENDING call, in call order; or a Prepare
+    and then the model start — each command under its own derived id, as if committed one
+    after the other, stopping at the first refusal (or replay). Any other plan (a withdraw,
+    a model retry's start, idle, ended) leaves the settlement alone. No crash, takeover or
+    other move lands inside the batch: only on either side of it. The starts enter the
+    start→dispatch section in order and are dispatched one per move.
 
     ``fused_split`` (a broken store): the batch is two transactions — the settle, then the
     rest — and the second one can be lost while the batch reports success, so the loop
     dispatches starts that are not in the log (INV-24)."""
-    parts, settled = [label], w
-    for _ in range(ctx.calls + 3):  # a Prepare and a model start, or one start per call
-        step = _planned(ctx, w, o, r, batch=True)
+    parts, settled, last = [label], w, ""
+    for _ in range(ctx.calls + 2):  # a Prepare and a model start, or one start per call
+        step = _planned(ctx, w, o, r, _BATCH_NEXT[last])
         if step is None:
             break
         cmd, what, w, status = step
         parts.append(f"{what} -> {status}")
-        if status != "accepted" or cmd.kind == "StartModel":
+        if status != "accepted":
             break
+        last = cmd.kind
     yield "; ".join(parts), w
     if "fused_split" in ctx.bugs and len(parts) > 1 and w.owners[o].section:
         lost = _set(settled, o, section=w.owners[o].section, offers=0)
@@ -377,15 +389,17 @@ def _deliver(ctx: Ctx, w: World, o: int, effect: str, outcome: str) -> tuple[Wor
 def _deliver_moves(ctx: Ctx, w: World, o: int) -> Iterator[Move]:
     """Any live owner reads any settled, unacknowledged record (the Watcher polls, so a lost
     notification only delays the read) or receives a duplicated Outcome still in flight.
-    With ``fused``, a driving owner's settle that appended continues as a fused batch."""
+    With ``fused``, a driving owner's settle that appended, leaving nothing of its Run
+    EXECUTING, continues as a fused batch (:func:`_fused`)."""
     me = OWNERS[o]
     fuse = ctx.fused and w.owners[o].phase == "drive"
     for rec in w.recs:
         if rec.status == "settled":
             w2, status = _deliver(ctx, w, o, rec.effect, rec.outcome)
             label = f"{me}: Deliver({name(rec.effect)}, {rec.outcome}) -> {status}"
-            if fuse and status == "accepted":
-                yield from _fused(ctx, w2, o, EFFECTS[rec.effect].run, label)
+            run = EFFECTS[rec.effect].run
+            if fuse and status == "accepted" and not ctx.sem.executing(w2.store, run):
+                yield from _fused(ctx, w2, o, run, label)
             else:
                 yield label, w2
     for item in sorted(set(w.inflight)):
@@ -393,8 +407,9 @@ def _deliver_moves(ctx: Ctx, w: World, o: int) -> Iterator[Move]:
         rest.remove(item)
         w2, status = _deliver(ctx, replace(w, inflight=tuple(rest)), o, *item)
         label = f"{me}: Deliver({name(item[0])}, {item[1]}) [duplicate] -> {status}"
-        if fuse and status == "accepted":
-            yield from _fused(ctx, w2, o, EFFECTS[item[0]].run, label)
+        run = EFFECTS[item[0]].run
+        if fuse and status == "accepted" and not ctx.sem.executing(w2.store, run):
+            yield from _fused(ctx, w2, o, run, label)
         else:
             yield label, w2
 

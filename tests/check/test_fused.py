@@ -148,6 +148,26 @@ def test_settle_starts_the_next_pending_call(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", MODELS)
+def test_what_is_not_fused(name: str) -> None:
+    """RUN-LOP-11's other cases commit the settlement alone: a malformed result's retry
+    (the model start is not a chain), and a settlement while another call of the Run is
+    still EXECUTING (the drive has it in flight: the approved call starts on its own)."""
+    model = _model(name, malformed=True)
+    *_, retried = _walk(model, *MODEL_START[:3], "executor: Finish(r0.m1#0, malformed)",
+                        "owner1: Deliver(r0.m1#0, malformed) -> accepted")
+    assert "owner1: StartModel(r0.m1#1) -> accepted" in _labels(model, retried)
+    model = _model(name, calls=3, approvals=True)
+    *_, finished, settled = _walk(
+        model, *MODEL_START, "owner1: Deliver(r0.m1#0, tools) -> accepted; "
+        "StartToolCall(r0.m1.c0) -> accepted; StartToolCall(r0.m1.c2) -> accepted",
+        "owner1: Dispatch(r0.m1.c0) -> accepted,", "owner1: Dispatch(r0.m1.c2) -> accepted,",
+        "user: ApproveToolCall(r0.m1.c1) -> accepted", "executor: Finish(r0.m1.c0, ok)",
+        "owner1: Deliver(r0.m1.c0, ok) -> accepted")
+    assert finished.owners[0].section == settled.owners[0].section == ()
+    assert "owner1: StartToolCall(r0.m1.c1) -> accepted" in _labels(model, settled)
+
+
+@pytest.mark.parametrize("name", MODELS)
 def test_unfused_keeps_one_commit_per_move(name: str) -> None:
     model = _model(name, calls=2, fused=False)
     *_, after = _walk(model, *MODEL_START, "owner1: Deliver(r0.m1#0, tools) -> accepted")
