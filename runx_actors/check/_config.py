@@ -62,7 +62,8 @@ class CheckConfig:
     mismatched ToolSpecs, hand-built envelopes, commands to ended Runs) and feeds the fold
     facts no decide produced; each must be refused."""
     fused: bool = attrs.field(default=True, validator=_flag)
-    """Fused commits, as the runtime commits: a deliver that settles an Outcome continues,
-    in the same move and atomically, with what the new state plans up to and including the
-    next start (a Prepare and the model start, or the starts of the PENDING calls), so a
-    crash or takeover lands only before or after the batch. Off: one commit per move."""
+    """Fused commits, as the runtime commits (RUN-LOP-11): a deliver that settles an
+    Outcome, leaving nothing else of its Run executing, continues in the same move and
+    atomically with what the new state plans up to its start barrier (the starts of the
+    PENDING calls, or a Prepare and the model start), so a crash or takeover lands only
+    before or after the batch. Off: one commit per move."""
