@@ -90,6 +90,8 @@ def bfs(ctx: SearchContext) -> Outcome:
                 for label, nxt in successors:
                     transitions += 1
                     try:
+                        if nxt is state:  # a self-loop (a refused command): same key
+                            continue
                         key = nxt if keyfn is None else keyfn(nxt)
                         if check_deadlock and not moved and key != skey:
                             moved = True

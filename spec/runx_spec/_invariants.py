@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -54,127 +55,173 @@ _SETTLING = frozenset({"ModelStepRecovered", "ModelStepRejected", "ModelStepFail
                        "ModelStepCompleted", "ToolCallCompleted", "ToolCallFailed"})
 
 
+class _RunWalk:
+    """Where the walk of one Run's commits (``_step_run``) stands after some prefix of the
+    log: the fold so far and what the §2.7 guards remember, and ``report``, the first
+    breach of each id. A walk is never changed once made: stepping copies it."""
+
+    __slots__ = (
+        "accepted_at",
+        "closes",
+        "index",
+        "r",
+        "report",
+        "sources",
+        "starts",
+        "state",
+        "steps",
+    )
+
+    def __init__(self, r: int) -> None:
+        self.r = r
+        self.state: Any = None
+        self.index = -1  # stream index of the fact being walked
+        self.accepted_at: dict[str, int] = {}  # input id -> index of its InputAccepted
+        self.starts: dict[str, int] = {}  # effect -> number of start facts
+        self.closes: dict[str, int] = {}  # effect -> number of settling facts
+        self.steps: set[str] = set()
+        self.sources: set[str] = set()
+        self.report: dict[str, str] = {}
+
+    def copy(self) -> _RunWalk:
+        new = _RunWalk(self.r)
+        new.state, new.index = self.state, self.index
+        new.accepted_at, new.starts = dict(self.accepted_at), dict(self.starts)
+        new.closes, new.steps = dict(self.closes), set(self.steps)
+        new.sources, new.report = set(self.sources), dict(self.report)
+        return new
+
+
 def _walk_run(log: tuple, r: int, report: dict[str, str]) -> None:
     """Walk Run ``r``'s commits with the §2.7 guards; note the first breach of each id."""
+    walk = _RunWalk(r)
+    for c in log:
+        if c.run == r:
+            walk = _step_run(walk, c)
+    for inv, msg in walk.report.items():
+        report.setdefault(inv, msg)
+
+
+def _step_run(walk: _RunWalk, c: Any) -> _RunWalk:
+    """The walk *walk* continued by commit *c* of its Run (a new walk; *walk* unchanged)."""
+    walk = walk.copy()
+    r, report = walk.r, walk.report
 
     def bad(inv: str, msg: str) -> None:
         report.setdefault(inv, f"run-{r}: {msg}")
 
-    state = None
-    index = -1  # stream index of the fact being walked
-    accepted_at: dict[str, int] = {}  # input id -> index of its InputAccepted
-    starts: dict[str, int] = {}  # effect -> number of start facts
-    closes: dict[str, int] = {}  # effect -> number of settling facts
-    steps: set[str] = set()
-    sources: set[str] = set()
-    for c in (c for c in log if c.run == r):
-        if not c.facts:
-            bad("INV-10", f"empty group {c.cid[:8]}")
-        unknown_calls = []
-        for i, f in enumerate(c.facts):
-            index += 1
-            k = f.kind
-            if state is None:
-                if k != "RunCreated":
-                    bad("INV-40", f"first fact is {k}")
-                state = evolve(None, f)
-                continue
-            if state.status != ACTIVE:
-                bad("INV-2", f"{k} folded after RunEnded")
-            if k == "RunEnded" and i != len(c.facts) - 1:
-                bad("INV-10", "RunEnded is not the last fact of its group")
-            cur = state.current
-            if k == "RunCreated":
-                bad("INV-40", "RunCreated twice")
-            elif k == "InputAccepted":
-                if f.arg in state.pending or f.arg in accepted_at:
-                    bad("INV-12", f"input {f.arg} accepted twice")
-                accepted_at[f.arg] = index
-            elif k == "ModelStepPrepared":
-                if cur != OPEN:
-                    bad("INV-40", "ModelStepPrepared while not Open")
-                if f.arg != state.pending:
-                    bad("INV-12", f"prepare took {f.arg}, pending {state.pending}")
-                if f.step in steps:
-                    bad("INV-21", f"step {name(f.step)} prepared twice")
-                steps.add(f.step)
-            elif k == "ModelStepWithdrawn":
-                if not (isinstance(cur, ModelStep) and cur.status == PREPARED and state.pending):
-                    bad("INV-40", "withdrawn without a PREPARED step and pending inputs")
-            elif k == "ModelStepStarted":
-                if not (isinstance(cur, ModelStep) and cur.status == PREPARED):
-                    bad("INV-40", "ModelStepStarted on a step that is not PREPARED")
-                elif f.effect != model_effect(r, cur.id, cur.rejects):
-                    bad("INV-7", f"model start names {name(f.effect)}")
-                late = [i for i in state.pending if accepted_at[i] <= c.base]
-                if late:
-                    bad("INV-14", f"{name(f.step)} started with inputs {late} pending")
-                starts[f.effect] = starts.get(f.effect, 0) + 1
-            elif k == "ToolStepOpened":
-                source = f.arg[0]
-                if cur != OPEN or f.step != tool_step_id(source) or source in sources:
-                    bad("INV-17", f"ToolStep {name(f.step)} not opened once from its source")
-                sources.add(source)
-            elif k == "ToolCallStarted":
+    state, index = walk.state, walk.index
+    accepted_at, starts, closes = walk.accepted_at, walk.starts, walk.closes
+    steps, sources = walk.steps, walk.sources
+    if not c.facts:
+        bad("INV-10", f"empty group {c.cid[:8]}")
+    unknown_calls = []
+    for i, f in enumerate(c.facts):
+        index += 1
+        k = f.kind
+        if state is None:
+            if k != "RunCreated":
+                bad("INV-40", f"first fact is {k}")
+            state = evolve(None, f)
+            continue
+        if state.status != ACTIVE:
+            bad("INV-2", f"{k} folded after RunEnded")
+        if k == "RunEnded" and i != len(c.facts) - 1:
+            bad("INV-10", "RunEnded is not the last fact of its group")
+        cur = state.current
+        if k == "RunCreated":
+            bad("INV-40", "RunCreated twice")
+        elif k == "InputAccepted":
+            if f.arg in state.pending or f.arg in accepted_at:
+                bad("INV-12", f"input {f.arg} accepted twice")
+            accepted_at[f.arg] = index
+        elif k == "ModelStepPrepared":
+            if cur != OPEN:
+                bad("INV-40", "ModelStepPrepared while not Open")
+            if f.arg != state.pending:
+                bad("INV-12", f"prepare took {f.arg}, pending {state.pending}")
+            if f.step in steps:
+                bad("INV-21", f"step {name(f.step)} prepared twice")
+            steps.add(f.step)
+        elif k == "ModelStepWithdrawn":
+            if not (isinstance(cur, ModelStep) and cur.status == PREPARED and state.pending):
+                bad("INV-40", "withdrawn without a PREPARED step and pending inputs")
+        elif k == "ModelStepStarted":
+            if not (isinstance(cur, ModelStep) and cur.status == PREPARED):
+                bad("INV-40", "ModelStepStarted on a step that is not PREPARED")
+            elif f.effect != model_effect(r, cur.id, cur.rejects):
+                bad("INV-7", f"model start names {name(f.effect)}")
+            late = [i for i in state.pending if accepted_at[i] <= c.base]
+            if late:
+                bad("INV-14", f"{name(f.step)} started with inputs {late} pending")
+            starts[f.effect] = starts.get(f.effect, 0) + 1
+        elif k == "ToolStepOpened":
+            source = f.arg[0]
+            if cur != OPEN or f.step != tool_step_id(source) or source in sources:
+                bad("INV-17", f"ToolStep {name(f.step)} not opened once from its source")
+            sources.add(source)
+        elif k == "ToolCallStarted":
+            call = find_call(state, f.call) if isinstance(cur, ToolStep) else None
+            if call is None or call.status != PENDING:
+                bad("INV-6", f"{name(f.call)} started while not PENDING")
+            if f.effect != tool_effect(r, f.step, f.call):
+                bad("INV-6", f"{name(f.call)} started under a non-derived effect")
+            starts[f.effect] = starts.get(f.effect, 0) + 1
+            if starts[f.effect] > 1:
+                bad("INV-6", f"{name(f.call)} started twice")
+        elif k == "ToolCallApproved":
+            call = find_call(state, f.call) if isinstance(cur, ToolStep) else None
+            if call is None or call.status != WAITING:
+                bad("INV-40", f"{name(f.call)} approved while not WAITING")
+        if k in _SETTLING:
+            if k.startswith("Model"):
+                running = cur.effect if (isinstance(cur, ModelStep)
+                                         and cur.status == EXECUTING) else None
+            else:
                 call = find_call(state, f.call) if isinstance(cur, ToolStep) else None
-                if call is None or call.status != PENDING:
-                    bad("INV-6", f"{name(f.call)} started while not PENDING")
-                if f.effect != tool_effect(r, f.step, f.call):
-                    bad("INV-6", f"{name(f.call)} started under a non-derived effect")
-                starts[f.effect] = starts.get(f.effect, 0) + 1
-                if starts[f.effect] > 1:
-                    bad("INV-6", f"{name(f.call)} started twice")
-            elif k == "ToolCallApproved":
-                call = find_call(state, f.call) if isinstance(cur, ToolStep) else None
-                if call is None or call.status != WAITING:
-                    bad("INV-40", f"{name(f.call)} approved while not WAITING")
-            if k in _SETTLING:
-                if k.startswith("Model"):
-                    running = cur.effect if (isinstance(cur, ModelStep)
-                                             and cur.status == EXECUTING) else None
-                else:
-                    call = find_call(state, f.call) if isinstance(cur, ToolStep) else None
-                    if call is None or call.status not in LIVE_CALL:
-                        bad("INV-40", f"{k} for {name(f.call)}, which is not live")
-                        call = None
-                    running = call.effect if call is not None else None
-                    if k == "ToolCallFailed":
-                        outcome, klass = f.arg
-                        was_running = call is not None and call.status == EXECUTING
-                        if (outcome == "unknown") != (klass == "effect_unknown") or (
-                                outcome == "unknown" and not was_running):
-                            bad("INV-19", f"{name(f.call)} failed {outcome}/{klass}")
-                        if outcome == "unknown":
-                            unknown_calls.append(f.call)
-                if running is None or f.effect != running:
-                    if f.effect or running:
-                        bad("INV-5", f"{k} names {name(f.effect)}, target runs "
-                                     f"{name(running) if running else 'nothing'}")
-                if f.effect:
-                    closes[f.effect] = closes.get(f.effect, 0) + 1
-                    if closes[f.effect] > 1:
-                        bad("INV-4", f"effect {name(f.effect)} settled twice")
-                    if f.effect not in starts:
-                        bad("INV-4", f"effect {name(f.effect)} settled but never started")
-            if k == "RunEnded":
-                if _executing(state):
-                    bad("INV-4", f"RunEnded while {list(_executing(state))} EXECUTING")
-                if f.arg[0] == "completed" and state.pending:
-                    bad("INV-15", "completed with inputs pending")
-                if f.arg[:2] == ("stopped", "cancelled"):
-                    model_failed = [x.step for x in c.facts if x.kind == "ModelStepFailed"]
-                    if f.arg[2] != tuple(unknown_calls) or f.arg[3] != (model_failed or [""])[0]:
-                        bad("INV-23", f"cancel reports {f.arg[2:]}, turned {unknown_calls}")
-            state = evolve(state, f)
-            if (state.status == ACTIVE) != (state.current is not None and not state.end):
-                bad("INV-3", f"status {state.status} with current {state.current!r}")
-            if isinstance(state.current, ToolStep) and not any(
-                    x.status in LIVE_CALL for x in state.current.calls):
-                bad("INV-18", "a finished ToolStep is still current")
-        ended_by_cancel = bool(c.facts) and c.facts[-1].kind == "RunEnded" and (
-            c.facts[-1].arg[:2] == ("stopped", "cancelled"))
-        if unknown_calls and not ended_by_cancel and len(c.facts) != 1:
-            bad("INV-20", f"UNKNOWN failure of {name(unknown_calls[0])} took other facts along")
+                if call is None or call.status not in LIVE_CALL:
+                    bad("INV-40", f"{k} for {name(f.call)}, which is not live")
+                    call = None
+                running = call.effect if call is not None else None
+                if k == "ToolCallFailed":
+                    outcome, klass = f.arg
+                    was_running = call is not None and call.status == EXECUTING
+                    if (outcome == "unknown") != (klass == "effect_unknown") or (
+                            outcome == "unknown" and not was_running):
+                        bad("INV-19", f"{name(f.call)} failed {outcome}/{klass}")
+                    if outcome == "unknown":
+                        unknown_calls.append(f.call)
+            if running is None or f.effect != running:
+                if f.effect or running:
+                    bad("INV-5", f"{k} names {name(f.effect)}, target runs "
+                                 f"{name(running) if running else 'nothing'}")
+            if f.effect:
+                closes[f.effect] = closes.get(f.effect, 0) + 1
+                if closes[f.effect] > 1:
+                    bad("INV-4", f"effect {name(f.effect)} settled twice")
+                if f.effect not in starts:
+                    bad("INV-4", f"effect {name(f.effect)} settled but never started")
+        if k == "RunEnded":
+            if _executing(state):
+                bad("INV-4", f"RunEnded while {list(_executing(state))} EXECUTING")
+            if f.arg[0] == "completed" and state.pending:
+                bad("INV-15", "completed with inputs pending")
+            if f.arg[:2] == ("stopped", "cancelled"):
+                model_failed = [x.step for x in c.facts if x.kind == "ModelStepFailed"]
+                if f.arg[2] != tuple(unknown_calls) or f.arg[3] != (model_failed or [""])[0]:
+                    bad("INV-23", f"cancel reports {f.arg[2:]}, turned {unknown_calls}")
+        state = evolve(state, f)
+        if (state.status == ACTIVE) != (state.current is not None and not state.end):
+            bad("INV-3", f"status {state.status} with current {state.current!r}")
+        if isinstance(state.current, ToolStep) and not any(
+                x.status in LIVE_CALL for x in state.current.calls):
+            bad("INV-18", "a finished ToolStep is still current")
+    ended_by_cancel = bool(c.facts) and c.facts[-1].kind == "RunEnded" and (
+        c.facts[-1].arg[:2] == ("stopped", "cancelled"))
+    if unknown_calls and not ended_by_cancel and len(c.facts) != 1:
+        bad("INV-20", f"UNKNOWN failure of {name(unknown_calls[0])} took other facts along")
+    walk.state, walk.index = state, index
+    return walk
 
 
 def _executing(state) -> list[str]:
@@ -186,9 +233,9 @@ def _executing(state) -> list[str]:
     return []
 
 
-@functools.lru_cache(maxsize=1 << 15)
-def _log_report(store: Store) -> dict[str, str]:
-    """Every log-level breach of ``store`` (first message per id); cached per store."""
+def _log_report_batch(store: Store) -> dict[str, str]:
+    """Every log-level breach of ``store`` (first message per id), walking the whole log:
+    what :func:`_log_report` computes incrementally (kept as the tests' oracle for it)."""
     log, runs = store.log, len(store.runs)
     report: dict[str, str] = {}
     if store.cids != {c.cid for c in log}:
@@ -219,6 +266,95 @@ def _log_report(store: Store) -> dict[str, str]:
         _walk_run(log, r, report)
     return report
 
+
+
+class _LogWalk:
+    """The scope-level checks of :func:`_log_report_batch` after a prefix of the log, as a
+    fold over its commits: the commit ids so far, the first breach of each id among the
+    per-commit checks (``report``), the disposals counted, and per Run its stream and its
+    :class:`_RunWalk`. Never changed once made (:func:`_log_walk` builds each from the
+    walk of the log one commit shorter)."""
+
+    __slots__ = ("cids", "disposed", "report", "runs", "streams")
+
+    def __init__(self, cids: frozenset[str], report: dict[str, str],
+                 disposed: dict[str, int], streams: tuple[tuple[Any, ...], ...],
+                 runs: tuple[_RunWalk, ...]) -> None:
+        self.cids, self.report, self.disposed = cids, report, disposed
+        self.streams, self.runs = streams, runs
+
+
+_WALKS: dict[tuple[tuple[Any, ...], int], _LogWalk] = {}
+_WALKS_LIMIT = 1 << 17
+
+
+def _log_walk(log: tuple[Any, ...], runs: int) -> _LogWalk:
+    """The :class:`_LogWalk` of *log* over *runs* Runs, from the cached walk of its prefix
+    (most logs of a search extend a log already walked by one commit)."""
+    key = (log, runs)
+    walk = _WALKS.get(key)
+    if walk is not None:
+        return walk
+    if not log:
+        walk = _LogWalk(frozenset(), {}, {}, ((),) * runs,
+                        tuple(_RunWalk(r) for r in range(runs)))
+    else:
+        walk = _extend(_log_walk(log[:-1], runs), log[-1])
+    if len(_WALKS) >= _WALKS_LIMIT:
+        _WALKS.clear()
+    _WALKS[key] = walk
+    return walk
+
+
+def _extend(walk: _LogWalk, c: Any) -> _LogWalk:
+    """*walk* continued by commit *c*: the per-commit checks of :func:`_log_report_batch`."""
+    report, disposed = walk.report, walk.disposed
+    if c.cid in walk.cids:
+        report = dict(report)
+        report.setdefault("INV-9", f"commit id {c.cid[:8]} appended twice")
+    if c.epoch != c.store_epoch:
+        report = dict(report) if report is walk.report else report
+        report.setdefault("INV-28", f"commit {c.cid[:8]} written by epoch {c.epoch} "
+                                    f"while the scope is at {c.store_epoch}")
+    effects = {f.effect for f in c.facts if f.effect}
+    if c.origin.startswith("deliver:") and effects - {c.origin[8:]}:
+        report = dict(report) if report is walk.report else report
+        report.setdefault("INV-5", f"Outcome of {name(c.origin[8:])} settled "
+                                   f"{[name(e) for e in effects]}")
+    if c.origin == "reconcile":
+        disposed = dict(disposed)
+        for e in effects:
+            disposed[e] = disposed.get(e, 0) + 1
+            if c.cid != ids.derive_recovery_command_id(e) or disposed[e] > 1:
+                report = dict(report) if report is walk.report else report
+                report.setdefault("INV-29", f"disposal of {name(e)} not idempotent")
+    streams, runs = walk.streams, walk.runs
+    r = c.run
+    if 0 <= r < len(runs):
+        streams = (*streams[:r], (*streams[r], *c.facts), *streams[r + 1:])
+        runs = (*runs[:r], _step_run(runs[r], c), *runs[r + 1:])
+    return _LogWalk(walk.cids | {c.cid}, report, disposed, streams, runs)
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _log_report(store: Store) -> dict[str, str]:
+    """Every log-level breach of ``store`` (first message per id); cached per store. The
+    same as :func:`_log_report_batch`, but only the commits no shorter log had are walked."""
+    log, nruns = store.log, len(store.runs)
+    walk = _log_walk(log, nruns)
+    report: dict[str, str] = {}
+    if store.cids != walk.cids:
+        report["INV-9"] = "the commit-id index is not the set of commit ids in the log"
+    for r, projected in enumerate(store.runs):
+        stream = walk.streams[r]
+        if stream != store.streams[r] or fold(stream) != projected:
+            report.setdefault("INV-40", f"run-{r}: projection differs from the fold of its log")
+    for inv, msg in walk.report.items():
+        report.setdefault(inv, msg)
+    for run_walk in walk.runs:
+        for inv, msg in run_walk.report.items():
+            report.setdefault(inv, msg)
+    return report
 
 _LAST: list = [None, None]  # (store, report): the checks of one state share one lookup
 

@@ -80,13 +80,71 @@ def _commit(ctx: Ctx, w: World, r: int, cid: str, cmd: Cmd, epoch: int, origin: 
             base: int = -1) -> tuple[World, str]:
     """Commit through the semantics. A command id already in the index must answer
     ALREADY_APPLIED (or, for a fenced writer, be fenced first): a resubmission that turns
-    into a refusal (terminal, stale, conflict) leaves ghost ``INV-9.replay``."""
+    into a refusal (terminal, stale, conflict) leaves ghost ``INV-9.replay``.
+
+    A commit reads only the store and changes only the store and the ghosts, so its effect
+    — ``(store after, ghosts added, status)`` — is computed once per store and arguments
+    (:func:`_store_effect`) and applied to every world holding that store."""
+    key = (w.store, r, cid, cmd, epoch, origin, base)
+    cache = _cache(ctx, "commit")
+    hit = cache.get(key)
+    if hit is None:
+        w2, status = _commit_now(ctx, w, r, cid, cmd, epoch, origin, base)
+        hit = cache[key] = (*_store_effect(w, w2), status)
+    return _apply(w, hit[0], hit[1]), hit[2]
+
+
+def _commit_now(ctx: Ctx, w: World, r: int, cid: str, cmd: Cmd, epoch: int, origin: str,
+                base: int = -1) -> tuple[World, str]:
+    """:func:`_commit` without the cache."""
     known = cid in w.store.cids
     w2, status = ctx.sem.commit(ctx, w, r, cid, cmd, epoch, origin, base)
     if known and status not in REPLAY_OK:
         w2 = w2.with_ghost(f"INV-9.replay: {cmd.kind} under the known command id {cid[:8]} "
                            f"answered {status}, not already_applied")
     return w2, status
+
+
+#: per Ctx: cache name -> {key: value}; the Ctx is kept so its id is not reused
+_CACHES: dict[int, tuple[Ctx, dict[str, dict[Any, Any]]]] = {}
+_CACHE_LIMIT = 1 << 17
+
+
+def _cache(ctx: Ctx, what: str) -> dict[Any, Any]:
+    """The cache *what* of *ctx* (cleared when it grows past ``_CACHE_LIMIT`` entries).
+    Everything cached is a function of the Ctx and immutable values (stores, commands)."""
+    entry = _CACHES.get(id(ctx))
+    if entry is None or entry[0] is not ctx:
+        entry = _CACHES[id(ctx)] = (ctx, {})
+    table = entry[1].get(what)
+    if table is None or len(table) >= _CACHE_LIMIT:
+        table = entry[1][what] = {}
+    return table
+
+
+def _store_effect(w: World, w2: World) -> tuple[Any, tuple[str, ...]]:
+    """What a move that may change only the store and append ghosts did to *w*:
+    ``(store of w2 or None if unchanged, the ghosts it added)``. Raises AssertionError if
+    it changed more."""
+    added = w2.ghosts[len(w.ghosts):]
+    if w2 is not w and (w2.owners is not w.owners or w2.recs is not w.recs
+                        or w2.inflight != w.inflight or w2.inputs_sent != w.inputs_sent
+                        or (w2.crashes, w2.takeovers, w2.duplicates)
+                        != (w.crashes, w.takeovers, w.duplicates)
+                        or w2.ghosts[:len(w.ghosts)] != w.ghosts):
+        raise AssertionError("a store-only move changed more than the store and the ghosts")
+    same = w2.store is w.store or w2.store == w.store
+    return (None if same else w2.store), added
+
+
+def _apply(w: World, store: Any, added: tuple[str, ...]) -> World:
+    """*w* with *store* (None: unchanged) and the ghosts *added* (*w* itself when nothing
+    changes, so a refused command is a self-loop the search recognises at once)."""
+    if store is None:
+        if not added:
+            return w
+        store = w.store
+    return replace(w, store=store, ghosts=(*w.ghosts, *added) if added else w.ghosts)
 
 
 def view_position(w: World, o: int, r: int) -> int:
@@ -642,6 +700,18 @@ def _forged_moves(ctx: Ctx, w: World) -> Iterator[Move]:
     other move, so the refusal kinds it reaches show in the labels."""
     if not any(x.alive and x.epoch == w.store.epoch and x.phase != "fenced" for x in w.owners):
         return
+    # what each forgery does depends on the store alone: computed once per store
+    cache = _cache(ctx, "forged")
+    outcomes = cache.get(w.store)
+    if outcomes is None:
+        outcomes = cache[w.store] = tuple((label, *_store_effect(w, w2))
+                                          for label, w2 in _forged_now(ctx, w))
+    for label, store, added in outcomes:
+        yield label, _apply(w, store, added)
+
+
+def _forged_now(ctx: Ctx, w: World) -> Iterator[Move]:
+    """:func:`_forged_moves` once a current writer is there, without the cache."""
     for r, what, cid, cmd, base, ended in _forged_commands(ctx, w):
         w2, status = _commit(ctx, w, r, cid, cmd, w.store.epoch, "forged", base)
         if status == "accepted" or (ended and status not in ("terminal", "already_applied")):

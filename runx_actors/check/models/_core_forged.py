@@ -31,7 +31,7 @@ from ...protocol.state import Open, ToolCallState, ToolStep
 from ...protocol.values import AgentInput, RunStatus, ToolCallStatus, ToolSpec
 from . import _core_commands as cmds
 from . import _core_spec as spec
-from ._core_store import ACCEPTED, CoreStore, evaluate_envelope, run_id
+from ._core_store import ACCEPTED, CoreStore, IdentityCache, evaluate_envelope, run_id
 
 if TYPE_CHECKING:
     from ._core_impl import Impl
@@ -136,15 +136,30 @@ def forged_outcomes(impl: Impl, store: CoreStore) -> tuple[tuple[int, Outcome], 
                     ghost = ghost or f"ADV-1: forged {what} to {run} was appended"
                 out.append((r, (f"adversary: {what} ({run}) -> {status}", status,
                                 after if after is not store else None, ghost)))
-        for what, fact in _illegal_facts(state):
-            try:
-                impl.fold((*store.streams[r], fact), run_id=run)
-            except CorruptLogError:
-                status, ghost = "corrupt", ""
-            except RunxError as exc:  # the fold must say CorruptLogError, nothing else
-                status, ghost = "error", f"ADV-2: fold of {what} raised {type(exc).__name__}"
-            else:
-                status, ghost = "folded", f"ADV-2: fold_run folded {what} onto {run}'s log"
-            out.append((r, (f"adversary: ForeignLog({run}, {what}) -> {status}", status, None,
-                            ghost)))
+        stream = store.streams[r]
+        for label, status, ghost in _FOREIGN.call(_foreign_log, impl, stream, state, run):
+            out.append((r, (label, status, None, ghost)))
+    return tuple(out)
+
+
+#: the foreign-log outcomes per (impl, stream, state, run) object: a takeover's store
+#: keeps the streams and snapshots of the store before it, so most stores need no fold
+_FOREIGN = IdentityCache()
+
+
+def _foreign_log(impl: Impl, stream: tuple[F.Fact, ...], state: Any,
+                 run: str) -> tuple[tuple[str, str, str], ...]:
+    """The foreign-log forgeries on Run *run* (stream *stream*, projected *state*):
+    ``(label, status, ghost)`` of each fact no decide produces, fed to *impl*'s fold."""
+    out = []
+    for what, fact in _illegal_facts(state):
+        try:
+            impl.fold((*stream, fact), run_id=run)
+        except CorruptLogError:
+            status, ghost = "corrupt", ""
+        except RunxError as exc:  # the fold must say CorruptLogError, nothing else
+            status, ghost = "error", f"ADV-2: fold of {what} raised {type(exc).__name__}"
+        else:
+            status, ghost = "folded", f"ADV-2: fold_run folded {what} onto {run}'s log"
+        out.append((f"adversary: ForeignLog({run}, {what}) -> {status}", status, ghost))
     return tuple(out)

@@ -47,11 +47,40 @@ from . import _core_spec as spec
 if TYPE_CHECKING:
     from ._core_impl import Impl
 
-__all__ = ["CoreStore", "CoreView", "run_id", "run_index", "initial_store",
+__all__ = ["CoreStore", "CoreView", "IdentityCache", "run_id", "run_index", "initial_store",
            "commit", "evaluate_and_append", "evaluate_envelope", "ACCEPTED", "ALREADY", "OK"]
 
 ACCEPTED, ALREADY = "accepted", "already_applied"
 OK = (ACCEPTED, ALREADY)
+
+
+class IdentityCache:
+    """Results of a pure function of immutable values, keyed by the arguments' identity.
+
+    Real facts and states do not cache their hashes, so hashing a stream to look it up
+    costs a quarter of folding it; but the stores of a search share their unchanged parts
+    (a takeover's store keeps the streams and snapshots of the one before), so the same
+    *object* comes back again and again. An entry keeps its arguments alive (an id is not
+    reused while it is stored); a miss only means computing again. Cleared at *limit*
+    entries."""
+
+    __slots__ = ("_entries", "_limit")
+
+    def __init__(self, limit: int = 1 << 16) -> None:
+        self._entries: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
+        self._limit = limit
+
+    def call(self, func: Any, *key: Any) -> Any:
+        """``func(*key)``, computed once per identical arguments (*func* is pure)."""
+        ident = tuple(map(id, key))
+        entry = self._entries.get(ident)
+        if entry is not None and all(a is b for a, b in zip(entry[0], key)):
+            return entry[1]
+        value = func(*key)
+        if len(self._entries) >= self._limit:
+            self._entries.clear()
+        self._entries[ident] = (key, value)
+        return value
 
 
 def run_id(r: int) -> str:

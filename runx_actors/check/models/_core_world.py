@@ -21,8 +21,9 @@ import functools
 from typing import Any
 
 from ...protocol import facts as F
+from ...protocol._evolve import evolve
 from ...protocol.commit import fold_run
-from ...protocol.errors import CorruptLogError, ValidationError
+from ...protocol.errors import CorruptLogError, EvolveError, ValidationError
 from ...protocol.state import (
     MachineState,
     ModelStep,
@@ -39,7 +40,7 @@ from ...protocol.values import (
     ToolCallBinding,
 )
 from . import _core_spec as spec
-from ._core_store import CoreStore
+from ._core_store import CoreStore, IdentityCache
 
 __all__ = ["abstract_fact", "abstract_state", "abstract_store", "abstract_world",
            "record_report", "state_report", "IMAGE_CACHE"]
@@ -193,7 +194,10 @@ def record_report(store: CoreStore) -> str | None:
     """INV-40 on the real core: ``fold_run`` of each stream (the authoritative ``record``)
     equals the projection's snapshot, state and position."""
     for r, stream in enumerate(store.streams):
-        state, refused = _record(stream, r)
+        state = _resumed_fold(store.log, r, stream)
+        refused: str | None = None
+        if state is None:  # not resumable, or it does not fold: fold the whole stream
+            state, refused = _RECORDS.call(_record, stream, r)
         if refused is not None:
             return refused
         snap = store.proj[r]
@@ -204,11 +208,67 @@ def record_report(store: CoreStore) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=1 << 15)
+_RECORDS = IdentityCache()
+_VALID = IdentityCache()
+
+
+#: a Run's commits (a tuple of log entries, whose hashes are cached) -> the fold of their
+#: facts, or None when they do not fold
+_FOLDS: dict[tuple[Any, ...], MachineState | None] = {}
+_FOLDS_LIMIT = 1 << 17
+
+
+def _resumed_fold(log: tuple[Any, ...], r: int, stream: tuple[F.Fact, ...]) -> Any:
+    """``fold_run(stream)`` resumed from the fold of the same Run's commits one commit
+    shorter (cached), when *stream* is exactly the facts of Run *r*'s commits in *log*;
+    None when it is not, or when the facts do not fold (the caller then folds the whole
+    stream with ``fold_run`` itself, for its verdict and message).
+
+    The resumed fold is ``fold_run``'s loop: ``evolve`` fact after fact from
+    ``evolve(None, RunCreated)``, the first fact a ``RunCreated``; a left fold, so resuming
+    it from the fold of a prefix gives what folding the whole stream gives
+    (``tests/check/test_check_speed.py`` compares the two on every stream of a search)."""
+    commits = tuple(c for c in log if c.run == r)
+    i = 0
+    for c in commits:
+        for f in c.facts:
+            if i >= len(stream) or stream[i] is not f:
+                return None
+            i += 1
+    if i != len(stream) or not commits:
+        return None
+    return _fold_commits(commits)
+
+
+def _fold_commits(commits: tuple[Any, ...]) -> Any:
+    """The fold of the facts of *commits* (one Run's, in log order), or None when they
+    are empty or do not fold. Cached per tuple of commits; resumes the shorter one."""
+    if commits in _FOLDS:
+        return _FOLDS[commits]
+    state = _fold_commits(commits[:-1]) if len(commits) > 1 else None
+    failed = len(commits) > 1 and state is None
+    facts = commits[-1].facts
+    if not failed:
+        try:
+            for fact in facts:
+                if state is None and not isinstance(fact, F.RunCreated):
+                    failed = True  # fold_run: the first fact is not run_created
+                    break
+                state = evolve(state, fact)
+        except EvolveError:
+            failed = True
+    result = None if failed else state
+    if len(_FOLDS) >= _FOLDS_LIMIT:
+        _FOLDS.clear()
+    _FOLDS[commits] = result
+    return result
+
+
 def _record(stream: tuple[F.Fact, ...], r: int) -> tuple[Any, str | None]:
     """``(fold_run(stream), None)``, or ``(None, message)`` when it raises
-    ``CorruptLogError``. Cached per stream: far fewer distinct streams than stores (the
-    default profile: 883 streams in 4,702 stores), and ``fold_run`` is a pure function."""
+    ``CorruptLogError``. Cached per stream object (``_RECORDS``): far fewer distinct streams
+    than stores (the default profile: 883 streams in 4,702 stores), and ``fold_run`` is a
+    pure function."""
     try:
         return fold_run(stream, run_id=f"run-{r}"), None
     except CorruptLogError as exc:
@@ -220,8 +280,17 @@ def _record(stream: tuple[F.Fact, ...], r: int) -> tuple[Any, str | None]:
 def state_report(store: CoreStore) -> str | None:
     """INV-3 and the call table of §2.5 on every projected ``MachineState``."""
     for r, snap in enumerate(store.proj):
-        try:
-            validate_machine_state(snap.state)
-        except ValidationError as exc:
-            return f"run-{r}: {exc.message}"
+        state = snap.state
+        problem = _VALID.call(_validation_problem, state)
+        if problem is not None:
+            return f"run-{r}: {problem}"
+    return None
+
+
+def _validation_problem(state: MachineState) -> str | None:
+    """``validate_machine_state``'s message for *state*, or None when it passes."""
+    try:
+        validate_machine_state(state)
+    except ValidationError as exc:
+        return f"{exc.message}"
     return None
