@@ -24,13 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 from ...protocol import commands as C
 from ...protocol import facts as F
-from ...protocol.commit import CommandEnvelope
+from ...protocol._evolve import evolve
+from ...protocol.commit import CommandEnvelope, fold_run
 from ...protocol.digests import digest_model_request, digest_tool_output
-from ...protocol.errors import CorruptLogError, RunxError
+from ...protocol.errors import CorruptLogError, EvolveError, RunxError
 from ...protocol.state import Open, ToolCallState, ToolStep
 from ...protocol.values import AgentInput, RunStatus, ToolCallStatus, ToolSpec
 from . import _core_commands as cmds
 from . import _core_spec as spec
+from . import _core_world as core_world
 from ._core_store import ACCEPTED, CoreStore, IdentityCache, evaluate_envelope, run_id
 
 if TYPE_CHECKING:
@@ -137,7 +139,11 @@ def forged_outcomes(impl: Impl, store: CoreStore) -> tuple[tuple[int, Outcome], 
                 out.append((r, (f"adversary: {what} ({run}) -> {status}", status,
                                 after if after is not store else None, ghost)))
         stream = store.streams[r]
-        for label, status, ghost in _FOREIGN.call(_foreign_log, impl, stream, state, run):
+        # the fold of the stream so far, when the fold is the production fold_run: each
+        # foreign fact then costs one evolve, not a fold of the whole stream
+        base = core_world._resumed_fold(store.log, r, stream) if impl.fold is fold_run else None
+        for label, status, ghost in _FOREIGN.call(_foreign_log, impl, stream, state, run,
+                                                  base):
             out.append((r, (label, status, None, ghost)))
     return tuple(out)
 
@@ -147,14 +153,25 @@ def forged_outcomes(impl: Impl, store: CoreStore) -> tuple[tuple[int, Outcome], 
 _FOREIGN = IdentityCache()
 
 
-def _foreign_log(impl: Impl, stream: tuple[F.Fact, ...], state: Any,
-                 run: str) -> tuple[tuple[str, str, str], ...]:
+def _foreign_log(impl: Impl, stream: tuple[F.Fact, ...], state: Any, run: str,
+                 base: Any) -> tuple[tuple[str, str, str], ...]:
     """The foreign-log forgeries on Run *run* (stream *stream*, projected *state*):
-    ``(label, status, ghost)`` of each fact no decide produces, fed to *impl*'s fold."""
+    ``(label, status, ghost)`` of each fact no decide produces, fed to *impl*'s fold.
+
+    *base*, when not None, is ``fold_run(stream)`` and *impl*'s fold is ``fold_run``:
+    folding ``stream + (fact,)`` is then ``fold_run``'s last step, ``evolve(base, fact)``,
+    an ``EvolveError`` out of it being the ``CorruptLogError`` fold_run raises (any other
+    error passes through fold_run unchanged)."""
     out = []
     for what, fact in _illegal_facts(state):
         try:
-            impl.fold((*stream, fact), run_id=run)
+            if base is not None:
+                try:
+                    evolve(base, fact)
+                except EvolveError as exc:
+                    raise CorruptLogError(exc.message) from exc
+            else:
+                impl.fold((*stream, fact), run_id=run)
         except CorruptLogError:
             status, ghost = "corrupt", ""
         except RunxError as exc:  # the fold must say CorruptLogError, nothing else
