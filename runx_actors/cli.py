@@ -244,11 +244,11 @@ def check(
     """Model-check a model in a bounded configuration.
 
     Without options it runs the ``default`` profile (inputs, approvals, cancel, failures,
-    forged commands, one crash and one takeover). Prints statistics, or the counterexample
-    when an invariant fails. Exits 0 when every invariant holds in every reachable state,
-    1 with the shortest counterexample when one fails, 3 when a bound (time, depth,
-    states) cut the search short without a violation, 64 on usage errors, 70 when the
-    model's own code raised.
+    forged commands and one takeover; crashes are in ``--profile deep``). Prints
+    statistics, or the counterexample when an invariant fails. Exits 0 when every
+    invariant holds in every reachable state, 1 with the shortest counterexample when one
+    fails, 3 when a bound (time, depth, states) cut the search short without a violation,
+    64 on usage errors, 70 when the model's own code raised.
     """
     if log_target is not None:
         from .check._tracecheck import run_log_command
