@@ -5,7 +5,9 @@ The four survivors of the first measurement: the ToolSpec name / definition-dige
 of ``_prepare``; the envelope type-vs-wire-name check (``or`` → ``and``); an empty command
 id in a hand-built envelope; an ``AcceptInput`` input without a digest. The two missed
 bugs: a Prepare whose base is *ahead* of the Run; ``evolve`` folding ``ToolCallCompleted``
-onto a call that is not EXECUTING. Then the survivors of the measurement in RESULTS.md:
+onto a call that is not EXECUTING; and a third, ``derive_input_command_id`` hashing only
+the first input of a batch (checked against an independent framing of spec §3.2). Then the
+survivors of the measurements in RESULTS.md:
 every refusal's ``reason`` attribute (callers act on it), the groups' exact facts
 (failure messages, usage, effects) and the fold's guards. Errors are checked by type and
 attributes (``reason``, ``command``, ``fact``, ``phase``), not by message text.
@@ -13,6 +15,7 @@ attributes (``reason``, ``command``, ``fact``, ``phase``), not by message text.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import attrs
@@ -23,34 +26,69 @@ from runx_actors.protocol import facts as F
 from runx_actors.protocol._decide import CANCEL_MESSAGE, CANCEL_UNKNOWN_MESSAGE, decide
 from runx_actors.protocol._evolve import evolve, valid_run_end
 from runx_actors.protocol.commit import (
+    Append,
     CommandEnvelope,
     CommitRequest,
     CommitStatus,
+    Replay,
+    Snapshot,
+    create_group,
+    envelope,
+    evaluate_commit,
+    expected_command_ids,
     fold_run,
+    initialize_run,
+    validate_identity,
 )
-from runx_actors.protocol.digests import decision_digest
+from runx_actors.protocol.digests import decision_digest, digest_model_result
 from runx_actors.protocol.errors import (
     CommandConflictError,
     CorruptLogError,
     EvolveError,
     PreconditionError,
+    RunNotFoundError,
+    RunTerminalError,
     StaleRuntimeError,
+    ValidationError,
 )
-from runx_actors.protocol.ids import derive_model_request_command_id, derive_model_step_id
-from runx_actors.protocol.state import OPEN, MachineState, ToolStep
+from runx_actors.protocol.ids import (
+    derive_call_id,
+    derive_effect_id,
+    derive_input_command_id,
+    derive_model_request_command_id,
+    derive_model_step_id,
+    derive_recovery_command_id,
+    derive_response_id,
+    derive_settlement_command_id,
+    derive_start_command_id,
+    derive_tool_step_id,
+)
+from runx_actors.protocol.state import OPEN, MachineState, ModelStep, ToolCallState, ToolStep
 from runx_actors.protocol.values import (
     AgentInput,
     Failure,
     FailureClass,
     ModelRejectDisposition,
+    ModelStepStatus,
+    NewRun,
     ResponseKind,
     ResponsePolicy,
+    ResponseRequest,
+    RunCompletedEnd,
     RunFailedEnd,
     RunFailure,
     RunReason,
+    RunResult,
     RunStatus,
     RunStoppedEnd,
+    ToolCallBinding,
+    ToolCallFailure,
+    ToolCallResult,
+    ToolCallStatus,
     ToolFailureOutcome,
+    ToolPlacement,
+    ToolReplay,
+    ToolScheduling,
     ToolSpec,
     Usage,
 )
@@ -132,7 +170,7 @@ def test_envelope_type_must_name_its_command() -> None:
     """evaluate_commit step 3: a hand-built envelope whose type names another command."""
     log = fresh("in-1")
     cid, command = B.accept_input(log.state(), "in-2")
-    for wrong in ("start_tool_call", "", "accept_inputs"):
+    for wrong in ("start_tool_call", "", "accept_inputs", C.CancelRun.WIRE_NAME):
         request = CommitRequest(log.position(), CommandEnvelope(wrong, RUN, cid, command))
         err = commit_error(log, request)
         assert isinstance(err, CommandConflictError)
@@ -162,11 +200,11 @@ def test_accept_input_without_id_or_digest_is_the_refusal(input_id: str, digest:
     command = C.AcceptInput((AgentInput(input_id, digest),))
     err = refusal(log.state(), command)
     assert err.reason == "every input needs an id and a digest"  # type: ignore[attr-defined]
-    cid = "cid-" + input_id
+    cid = derive_input_command_id(RUN, input_id)  # its own derived id: only decide refuses
     failure = commit_error(log, CommitRequest(log.position(), CommandEnvelope(
         "accept_input", RUN, cid, command)))
-    assert not isinstance(failure, EvolveError)
-    assert isinstance(failure, StaleRuntimeError | CommandConflictError)
+    assert isinstance(failure, StaleRuntimeError)
+    assert failure.reason == "every input needs an id and a digest"  # type: ignore[attr-defined]
 
 
 def test_accept_input_empty_batch_reason() -> None:
@@ -208,7 +246,9 @@ def test_tool_call_completed_only_folds_onto_an_executing_call() -> None:
     assert isinstance(cur, ToolStep)
     failed, pending = cur.calls
     effect = failed.effect
-    for call, eff in ((failed, effect), (pending, effect)):
+    # the pending call with its own (empty) effect and with the failed call's: only the
+    # status guard refuses the first
+    for call, eff in ((failed, effect), (pending, pending.effect), (pending, effect)):
         fact = F.ToolCallCompleted(step_id=cur.id, call_id=call.call_id, effect=eff,
                                    output_digest="sha256:" + "2" * 64)
         err = fold_refusal(state, fact)
@@ -217,6 +257,32 @@ def test_tool_call_completed_only_folds_onto_an_executing_call() -> None:
             fold_run((*log.facts(), fact), run_id=RUN)
         assert info.value.index == len(log.facts())  # type: ignore[attr-defined]
         assert info.value.wire_name == "tool_call_completed"  # type: ignore[attr-defined]
+
+
+def test_input_command_id_hashes_every_input_of_the_batch() -> None:
+    """A third seeded bug: ``derive_input_command_id`` hashing only the first input."""
+    def framed(*parts: str) -> str:  # spec §3.2, independently of runx_actors.protocol.ids
+        return hashlib.sha256(b"".join(b"%d:%s" % (len(p.encode()), p.encode())
+                                       for p in parts)).hexdigest()
+
+    batch = derive_input_command_id(RUN, "in-a", "in-b")
+    assert batch == framed("twilight/input-command", RUN, "in-a", "in-b")
+    assert batch != derive_input_command_id(RUN, "in-a")
+    log = fresh("in-0")
+    command = C.AcceptInput((B.agent_input("in-a"), B.agent_input("in-b")))
+    err = commit_error(log, log.request(derive_input_command_id(RUN, "in-a"), command))
+    assert isinstance(err, CommandConflictError)
+    assert err.reason == "non-derived id"  # type: ignore[attr-defined]
+
+
+def test_replay_of_a_known_id_after_the_run_ended_answers_already_applied() -> None:
+    """Step 1 (replay lookup) comes before step 2 (locate): a known id replays even after
+    the Run ended, with the facts it wrote."""
+    log = fresh("in-1")
+    log.apply(B.cancel(log.state()))
+    commit = log.commits[-1]
+    decision = evaluate_commit(log, log.request(commit.commit_id, C.CancelRun("cancelled")))
+    assert decision == Replay(commit.facts)
 
 
 # -- survivors of the RESULTS.md measurement: decide ---------------------------------------
@@ -521,3 +587,703 @@ def test_settling_another_effect_and_the_completed_result() -> None:
     call = after.current.calls[0]
     assert call.result is not None
     assert call.result.output_digest == fact.output_digest  # type: ignore[attr-defined]
+
+
+# -- survivors of the third measurement: the fold's guards for foreign facts (spec §2.7) ---
+# A log written by something other than decide: each guard of §2.7 refuses its fact with
+# EvolveError (and fold_run with CorruptLogError), and its reason names the rule broken.
+
+DEPLOY = B.tool_spec("deploy", policy=ResponsePolicy.APPROVAL_REQUIRED,
+                     replay=ToolReplay.NEVER, placement=ToolPlacement.WORKSPACE)
+
+
+def _opening() -> tuple[MachineState, MachineState, F.ToolStepOpened]:
+    """(the EXECUTING state, the Open state after ModelStepCompleted, the ToolStepOpened)
+    of a model result calling an approval tool then a direct one."""
+    log = executing("in-1", tools=(DEPLOY, "search"))
+    running = log.state()
+    _, submit = B.model_result(running, tool_calls=[("deploy", '{"x":1}'), ("search", "{}")],
+                               scheduling=ToolScheduling("sequential", 1))
+    completed, opened = decide(running, submit)
+    assert isinstance(opened, F.ToolStepOpened)
+    return running, evolve(running, completed), opened
+
+
+def test_tool_step_opened_folds_every_binding_field() -> None:
+    """F9: each call PENDING (direct) or WAITING with ``waiting = binding.response``; the
+    step keeps its id, source and scheduling."""
+    _, open_state, opened = _opening()
+    after = evolve(open_state, opened)
+    step = after.current
+    assert isinstance(step, ToolStep)
+    assert (step.id, step.source, step.scheduling) == (
+        opened.step_id, opened.source, ToolScheduling("sequential", 1))
+    approval, direct = opened.calls
+    assert approval.response is not None and direct.response is None
+    assert step.calls == (
+        ToolCallState(call_id=approval.call_id, provider_call_id="provider-0",
+                      tool_ref="deploy", definition_digest=DEPLOY.definition_digest,
+                      arguments='{"x":1}', policy=ResponsePolicy.APPROVAL_REQUIRED,
+                      replay=ToolReplay.NEVER, placement=ToolPlacement.WORKSPACE,
+                      status=ToolCallStatus.WAITING, waiting=approval.response),
+        ToolCallState(call_id=direct.call_id, provider_call_id="provider-1",
+                      tool_ref="search", definition_digest=direct.definition_digest,
+                      arguments="{}", status=ToolCallStatus.PENDING),
+    )
+    assert after.pending_inputs == open_state.pending_inputs
+    assert after.model_steps == open_state.model_steps
+
+
+def test_tool_step_opened_guards() -> None:
+    running, state, opened = _opening()
+    approval, direct = opened.calls
+    assert approval.response is not None
+    response = approval.response
+
+    def calls(*bs: ToolCallBinding) -> F.ToolStepOpened:
+        return attrs.evolve(opened, calls=bs)
+
+    def asked(**kw: Any) -> F.ToolStepOpened:
+        return calls(attrs.evolve(approval, response=attrs.evolve(response, **kw)), direct)
+
+    mismatch = "response request does not match its call"
+    cases: list[tuple[MachineState, F.ToolStepOpened, str]] = [
+        (running, opened, "current is not Open"),
+        (state, calls(), "a ToolStep needs at least one call"),
+        (state, attrs.evolve(opened, step_id=""), "step_id and source are required"),
+        (state, attrs.evolve(opened, source=""), "step_id and source are required"),
+        (state, attrs.evolve(opened, scheduling=ToolScheduling("random")), "invalid scheduling"),
+        (state, attrs.evolve(opened, scheduling=ToolScheduling("", -1)), "invalid scheduling"),
+        (state, attrs.evolve(opened, scheduling=ToolScheduling("", True)),  # type: ignore[arg-type]
+         "invalid scheduling"),
+        (state, attrs.evolve(opened, source="step-other"),
+         "step_id is not derive_tool_step_id(source)"),
+        (state, calls(approval, attrs.evolve(direct, call_id="")),
+         "call ids must be non-empty and unique"),
+        (state, calls(approval, attrs.evolve(direct, call_id=approval.call_id)),
+         "call ids must be non-empty and unique"),
+        (state, calls(approval, attrs.evolve(direct, tool_ref="")),
+         "tool_ref and arguments are required"),
+        (state, calls(approval, attrs.evolve(direct, arguments="")),
+         "tool_ref and arguments are required"),
+        (state, calls(approval, attrs.evolve(direct, response=response)),
+         "a response request on a direct call"),
+        (state, calls(attrs.evolve(approval, response=None), direct),
+         "a waiting-policy call needs a response request"),
+        (state, asked(run_id="run-2"), mismatch),
+        (state, asked(step_id="step-other"), mismatch),
+        (state, asked(call_id=direct.call_id), mismatch),
+        (state, asked(kind=ResponseKind.EXTERNAL_RESPONSE), mismatch),
+        (state, asked(id="resp-other"), mismatch),
+        (state, asked(payload="{}"), mismatch),
+    ]
+    for at, fact, reason in cases:
+        assert fold_refusal(at, fact).reason == reason, (fact, reason)  # type: ignore[attr-defined]
+    # an EXTERNAL_RESPONSE call must carry kind external_response, not approval
+    external = attrs.evolve(approval, policy=ResponsePolicy.EXTERNAL_RESPONSE)
+    assert fold_refusal(state, calls(external, direct)).reason == mismatch  # type: ignore[attr-defined]
+    good = attrs.evolve(response, kind=ResponseKind.EXTERNAL_RESPONSE,
+                        id=derive_response_id(RUN, opened.step_id, approval.call_id,
+                                              ResponseKind.EXTERNAL_RESPONSE.value))
+    folded = evolve(state, calls(attrs.evolve(external, response=good), direct))
+    assert folded.current.calls[0].waiting == good  # type: ignore[union-attr]
+
+
+def _prepared_fact(log: B.SimpleLog) -> F.ModelStepPrepared:
+    (fact,) = decide(log.state(), B.prepare(log.state(), log.position(), tools=("search",))[1])
+    assert isinstance(fact, F.ModelStepPrepared)
+    return fact
+
+
+def test_model_step_prepared_guards_and_fold() -> None:
+    """F2 and its §2.7 guard: Open; step_id, model, request_digest non-empty; input_ids
+    exactly the pending ids in order."""
+    log = fresh("in-1", "in-2")
+    state = log.state()
+    fact = _prepared_fact(log)
+    after = evolve(state, fact)
+    assert after.current == ModelStep(id=fact.step_id, model=fact.model,
+                                      request_digest=fact.request_digest, tools=fact.tools,
+                                      status=ModelStepStatus.PREPARED)
+    assert (after.pending_inputs, after.model_steps) == ((), state.model_steps + 1)
+    required = "step_id, model and request_digest are required"
+    order = "input_ids must equal the pending inputs, in order"
+    for bad, reason in ((attrs.evolve(fact, step_id=""), required),
+                        (attrs.evolve(fact, model=""), required),
+                        (attrs.evolve(fact, request_digest=""), required),
+                        (attrs.evolve(fact, input_ids=("in-2", "in-1")), order),
+                        (attrs.evolve(fact, input_ids=("in-1",)), order),
+                        (attrs.evolve(fact, input_ids=("in-1", "in-2", "in-3")), order)):
+        assert fold_refusal(state, bad).reason == reason, bad  # type: ignore[attr-defined]
+    assert fold_refusal(after, fact).reason == "current is not Open"  # type: ignore[attr-defined]
+
+
+def test_model_step_facts_name_the_current_step_in_its_status() -> None:
+    """Every model-step fact names the current ModelStep; Withdrawn/Started need it
+    PREPARED, the settlements EXECUTING; a named effect is the running one."""
+    log = fresh("in-1")
+    open_state = log.state()
+    log.apply(B.prepare(log.state(), log.position()))
+    prepared = log.state()
+    step = prepared.current
+    assert isinstance(step, ModelStep)
+    effect = derive_effect_id(RUN, step.id, "", 0)
+    started = F.ModelStepStarted(step.id, effect)
+    running = evolve(prepared, started)
+    assert running.current == attrs.evolve(step, status=ModelStepStatus.EXECUTING,
+                                           effect=effect)
+    assert running.model_steps == prepared.model_steps
+    usage = Usage(input_tokens=2, output_tokens=3)
+    failure = Failure(FailureClass.MALFORMED_MODEL_RESULT, "bad")
+    settlements: list[Any] = [
+        F.ModelStepRecovered(step.id, effect),
+        F.ModelStepRejected(step_id=step.id, effect=effect, usage=usage, failure=failure),
+        F.ModelStepFailed(step_id=step.id, effect=effect,
+                          failure=Failure(FailureClass.PROVIDER_FAILURE)),
+        F.ModelStepCompleted(step_id=step.id, effect=effect, usage=usage,
+                             finish_reason="stop", result_digest="sha256:" + "7" * 64),
+    ]
+    withdrawn = F.ModelStepWithdrawn(step.id)
+    not_that = "current is not that model step"
+    for fact in (withdrawn, started, *settlements):
+        assert fold_refusal(open_state, fact).reason == not_that  # type: ignore[attr-defined]
+        other = attrs.evolve(fact, step_id="step-other")
+        assert fold_refusal(running, other).reason == not_that  # type: ignore[attr-defined]
+        assert fold_refusal(prepared, other).reason == not_that  # type: ignore[attr-defined]
+    for fact in (withdrawn, started):
+        assert fold_refusal(running, fact).reason == (  # type: ignore[attr-defined]
+            "model step is executing, not prepared")
+    assert fold_refusal(prepared, attrs.evolve(started, effect="")).reason == "empty effect"  # type: ignore[attr-defined]
+    for fact in settlements:
+        assert fold_refusal(prepared, fact).reason == (  # type: ignore[attr-defined]
+            "model step is prepared, not executing")
+        assert fold_refusal(running, attrs.evolve(fact, effect="e" * 64)).reason == (  # type: ignore[attr-defined]
+            "effect is not the running one")
+    recovered, rejected, failed, completed = (evolve(running, f) for f in settlements)
+    assert (recovered.current, recovered.model_steps) == (OPEN, running.model_steps - 1)
+    assert rejected.current == attrs.evolve(step, status=ModelStepStatus.PREPARED,
+                                            effect=effect, rejects=1)
+    assert (rejected.usage, rejected.model_steps) == (usage, running.model_steps)
+    assert (failed.current, failed.usage, failed.model_steps) == (
+        OPEN, Usage(), running.model_steps)
+    assert (completed.current, completed.usage, completed.status) == (
+        OPEN, usage, RunStatus.ACTIVE)
+    twice = evolve(evolve(rejected, F.ModelStepStarted(
+        step.id, derive_effect_id(RUN, step.id, "", 1))), attrs.evolve(
+        settlements[3], effect=derive_effect_id(RUN, step.id, "", 1)))
+    assert twice.usage == usage + usage  # usage accumulates across the step's attempts
+    # an empty effect on a settlement that allows it (not Failed) names no effect: accepted
+    assert evolve(running, attrs.evolve(settlements[0], effect="")).current == OPEN
+    assert fold_refusal(running, attrs.evolve(settlements[3], result_digest="")).reason == (  # type: ignore[attr-defined]
+        "result_digest is required")
+
+
+def test_tool_call_facts_name_a_call_of_the_current_tool_step() -> None:
+    log = tool_step([("deploy", "{}"), ("search", "{}")], (APPROVAL, "search"))
+    state = log.state()
+    cur = state.current
+    assert isinstance(cur, ToolStep)
+    waiting, pending = cur.calls
+    assert waiting.waiting is not None
+    effect = derive_effect_id(RUN, cur.id, pending.call_id, 0)
+    started = F.ToolCallStarted(step_id=cur.id, call_id=pending.call_id, effect=effect)
+    facts: list[Any] = [
+        started,
+        F.ToolCallApproved(step_id=cur.id, call_id=waiting.call_id,
+                           response_id=waiting.waiting.id,
+                           response_digest=decision_digest(ResponseKind.APPROVAL, "approved")),
+        F.ToolCallCompleted(step_id=cur.id, call_id=pending.call_id, effect=effect,
+                            output_digest="sha256:" + "8" * 64),
+        F.ToolCallAnswered(step_id=cur.id, call_id=waiting.call_id,
+                           response_id=waiting.waiting.id, response_digest="sha256:" + "9" * 64),
+        F.ToolCallFailed(step_id=cur.id, call_id=pending.call_id, effect="",
+                         failure=Failure(FailureClass.EXECUTION_FAILED),
+                         outcome=ToolFailureOutcome.KNOWN),
+    ]
+    model = executing("in-1").state()
+    for fact in facts:
+        for at in (model, fresh("in-1").state()):
+            assert fold_refusal(at, fact).reason == "current is not that tool step"  # type: ignore[attr-defined]
+        assert fold_refusal(state, attrs.evolve(fact, step_id="step-other")).reason == (  # type: ignore[attr-defined]
+            "current is not that tool step")
+        assert fold_refusal(state, attrs.evolve(fact, call_id="call-other")).reason == (  # type: ignore[attr-defined]
+            "no such call")
+    # ToolCallStarted (F10): a non-empty effect, only from PENDING
+    assert fold_refusal(state, attrs.evolve(started, effect="")).reason == "empty effect"  # type: ignore[attr-defined]
+    on_waiting = attrs.evolve(started, call_id=waiting.call_id)
+    assert fold_refusal(state, on_waiting).reason == "call is waiting, not pending"  # type: ignore[attr-defined]
+    running = evolve(state, started)
+    assert running.current == attrs.evolve(cur, calls=(waiting, attrs.evolve(
+        pending, status=ToolCallStatus.EXECUTING, effect=effect)))
+    assert fold_refusal(running, started).reason == "call is executing, not pending"  # type: ignore[attr-defined]
+    # ToolCallApproved (F11): WAITING → PENDING, waiting cleared
+    approved = evolve(state, facts[1])
+    assert approved.current.calls[0] == attrs.evolve(  # type: ignore[union-attr]
+        waiting, status=ToolCallStatus.PENDING, waiting=None)
+    assert approved.current.calls[1] == pending  # type: ignore[union-attr]
+
+
+def test_answer_folds_to_completed_with_the_response_digest() -> None:
+    """F13: WAITING(external) → COMPLETED with output_digest = response_digest; the
+    closing rule then moves the step to ``last_tool_step``."""
+    log = tool_step([("ask_human", "{}")], (EXTERNAL,))
+    state = log.state()
+    cur = state.current
+    assert isinstance(cur, ToolStep)
+    (call,) = cur.calls
+    assert call.waiting is not None
+    digest = "sha256:" + "a" * 64
+    after = evolve(state, F.ToolCallAnswered(step_id=cur.id, call_id=call.call_id,
+                                             response_id=call.waiting.id,
+                                             response_digest=digest))
+    assert after.current == OPEN
+    assert after.last_tool_step == attrs.evolve(cur, calls=(attrs.evolve(
+        call, status=ToolCallStatus.COMPLETED, result=ToolCallResult(digest), waiting=None),))
+
+
+def test_tool_call_failed_fold() -> None:
+    """F14: → FAILED with the failure and outcome; waiting cleared; the step stays current
+    while another call is unfinished."""
+    log = tool_step([("deploy", "{}"), ("search", "{}")], (APPROVAL, "search"))
+    state = log.state()
+    cur = state.current
+    assert isinstance(cur, ToolStep)
+    waiting, pending = cur.calls
+    failure = Failure(FailureClass.PERMISSION_DENIED, "no")
+    after = evolve(state, F.ToolCallFailed(step_id=cur.id, call_id=waiting.call_id,
+                                           effect="", failure=failure,
+                                           outcome=ToolFailureOutcome.KNOWN))
+    assert after.current == attrs.evolve(cur, calls=(attrs.evolve(
+        waiting, status=ToolCallStatus.FAILED, waiting=None,
+        failure=ToolCallFailure(failure, ToolFailureOutcome.KNOWN)), pending))
+    assert after.last_tool_step is None
+
+
+def test_input_accepted_guards() -> None:
+    """F15: id and digest non-empty; an id already pending is corruption."""
+    state = fresh("in-1").state()
+    digest = B.agent_input("x").digest
+    for bad, reason in ((AgentInput("", digest), "input id and digest are required"),
+                        (AgentInput("in-2", ""), "input id and digest are required"),
+                        (AgentInput("in-1", digest), "input already pending")):
+        assert fold_refusal(state, F.InputAccepted(bad)).reason == reason  # type: ignore[attr-defined]
+    assert evolve(state, F.InputAccepted(AgentInput("in-2", digest))).pending_inputs == (
+        *state.pending_inputs, AgentInput("in-2", digest))
+
+
+def test_fold_ordering_guards() -> None:
+    """§2.7 ordering: RunCreated only on the zero state and with a run id; nothing else
+    on the zero state; nothing onto an ended Run; a non-fact is refused."""
+    state = fresh("in-1").state()
+    created = F.RunCreated(RUN)
+    assert evolve(None, created) == MachineState(run_id=RUN, status=RunStatus.ACTIVE,
+                                                 current=OPEN)
+    assert fold_refusal(state, created).reason == "RunCreated only on the zero state"  # type: ignore[attr-defined]
+    assert fold_refusal(None, F.RunCreated("")).reason == "empty run id"  # type: ignore[attr-defined]
+    accepted = F.InputAccepted(B.agent_input("in-2"))
+    assert fold_refusal(None, accepted).reason == (  # type: ignore[attr-defined]
+        "only RunCreated folds onto the zero state")
+    ended = evolve(state, F.RunEnded(RunStoppedEnd(RunReason.CANCELLED)))
+    assert fold_refusal(ended, accepted).reason == "the Run is stopped"  # type: ignore[attr-defined]
+    assert fold_refusal(ended, created).reason == "RunCreated only on the zero state"  # type: ignore[attr-defined]
+    assert fold_refusal(state, object()).reason == "not a fact"  # type: ignore[attr-defined]
+
+
+def test_run_ended_results() -> None:
+    """F16: status and result from the end, usage from the state, current None."""
+    log = executing("in-1")
+    usage = Usage(input_tokens=1, output_tokens=2)
+    log.apply(B.model_result(log.state(), tool_calls=[("search", "{}")], usage=usage))
+    state = log.state()
+    stopped = evolve(state, F.RunEnded(RunStoppedEnd(RunReason.CANCELLED, ("call-x",),
+                                                     "step-m")))
+    assert (stopped.status, stopped.current) == (RunStatus.STOPPED, None)
+    assert stopped.result == RunResult(status=RunStatus.STOPPED, reason=RunReason.CANCELLED,
+                                       uncertain_calls=("call-x",), uncertain_model="step-m",
+                                       usage=usage)
+    failure = RunFailure(FailureClass.PROVIDER_FAILURE, "down")
+    failed = evolve(state, F.RunEnded(RunFailedEnd(RunReason.PROVIDER_FAILURE, failure)))
+    assert (failed.status, failed.current) == (RunStatus.FAILED, None)
+    assert failed.result == RunResult(status=RunStatus.FAILED,
+                                      reason=RunReason.PROVIDER_FAILURE, failure=failure,
+                                      usage=usage)
+    completed = evolve(state, F.RunEnded(RunCompletedEnd()))
+    assert completed.result == RunResult(status=RunStatus.COMPLETED, usage=usage)
+    assert (completed.status, completed.current) == (RunStatus.COMPLETED, None)
+
+
+# -- survivors of the third measurement: decide's refusals (spec RUN-MCH-2) ----------------
+
+
+def test_prepare_refusal_reasons() -> None:
+    """C2: step_id and model non-empty; request.model == model; input_ids = every pending
+    id in queue order; request_digest = digest of the request."""
+    log = fresh("in-1", "in-2")
+    state = log.state()
+    _, good = B.prepare(state, log.position())
+    assert isinstance(good, C.PrepareModelRequest)
+    required = "step_id and model are required"
+    order = "input_ids must equal every pending input, in order"
+    cases = [
+        (attrs.evolve(good, step_id=""), required),
+        (attrs.evolve(good, model=""), required),
+        (attrs.evolve(good, model="other-model"), "request.model differs from model"),
+        (attrs.evolve(good, input_ids=("in-2", "in-1")), order),
+        (attrs.evolve(good, input_ids=("in-1",)), order),
+        (attrs.evolve(good, input_ids=("in-1", "in-2", "in-3")), order),
+        (attrs.evolve(good, request_digest="sha256:" + "b" * 64),
+         "request_digest does not match the request"),
+    ]
+    for bad, reason in cases:
+        assert refusal(state, bad).reason == reason, bad  # type: ignore[attr-defined]
+    assert refusal(state, good.__class__(
+        step_id=good.step_id, model="", request=attrs.evolve(good.request, model=""),
+        request_digest=good.request_digest)).reason == required  # type: ignore[attr-defined]
+
+
+def test_model_effect_refusal_reasons() -> None:
+    """C4: the start effect is derive_effect_id(run, step, "", rejects) — the attempt
+    after a reject needs the next one; C5–C8 name the running effect."""
+    log = fresh("in-1")
+    log.apply(B.prepare(log.state(), log.position()))
+    prepared = log.state()
+    step = prepared.current
+    assert isinstance(step, ModelStep)
+    _, start = B.start_model(prepared)
+    start_reason = "effect is not derive_effect_id(run, step, '', rejects)"
+    for effect in ("", "e" * 64, derive_effect_id(RUN, step.id, "", 1),
+                   derive_effect_id(RUN, step.id, "call", 0)):
+        assert refusal(prepared, attrs.evolve(start, effect=effect)).reason == start_reason  # type: ignore[attr-defined]
+    log.apply((B.start_model(prepared)[0], start))
+    running = log.state()
+    commands: list[Any] = [B.recover_model(running)[1], B.model_result(running, text="x")[1],
+                           B.model_failure(running)[1], B.reject_model_result(running)[1]]
+    for command in commands:
+        for effect in ("", "e" * 64):
+            assert refusal(running, attrs.evolve(command, effect=effect)).reason == (  # type: ignore[attr-defined]
+                "effect is not the running one")
+    _, reject = B.reject_model_result(running)
+    log.apply((B.reject_model_result(running)[0], reject))
+    again = log.state()
+    assert refusal(again, start).reason == start_reason  # type: ignore[attr-defined]
+    retry = C.StartModelExecution(step.id, derive_effect_id(RUN, step.id, "", 1))
+    assert decide(again, retry) == (F.ModelStepStarted(step.id, retry.effect),)
+
+
+def test_model_failure_reason_follows_its_class() -> None:
+    """C7: reason effect_unknown if the class is effect_unknown, else provider_failure."""
+    running = executing("in-1").state()
+    _, command = B.model_failure(running, failure_class=FailureClass.EFFECT_UNKNOWN,
+                                 message="lost")
+    failed, ended = decide(running, command)
+    assert failed == F.ModelStepFailed(step_id=command.step_id, effect=command.effect,  # type: ignore[attr-defined]
+                                       failure=Failure(FailureClass.EFFECT_UNKNOWN, "lost"))
+    assert ended == F.RunEnded(RunFailedEnd(RunReason.EFFECT_UNKNOWN, RunFailure(
+        FailureClass.EFFECT_UNKNOWN, "lost")))
+
+
+def test_model_result_without_tool_calls() -> None:
+    """C6 without tool calls: ModelStepCompleted (usage, finish_reason, result digest),
+    plus RunEnded(completed) only when no input is pending; bindings are refused."""
+    log = executing("in-1")
+    running = log.state()
+    step = running.current
+    assert isinstance(step, ModelStep)
+    usage = Usage(input_tokens=4, output_tokens=1)
+    _, submit = B.model_result(running, text="done", usage=usage, finish_reason="length")
+    assert isinstance(submit, C.SubmitModelResult)
+    completed = F.ModelStepCompleted(step_id=step.id, effect=step.effect, usage=usage,
+                                     finish_reason="length",
+                                     result_digest=digest_model_result(submit.result))
+    assert decide(running, submit) == (completed, F.RunEnded(RunCompletedEnd()))
+    log.apply(B.accept_input(running, "in-2"))
+    assert decide(log.state(), submit) == (completed,)
+    _, with_calls = B.model_result(running, tool_calls=[("search", "{}")])
+    stray = attrs.evolve(submit, calls=with_calls.calls)  # type: ignore[attr-defined]
+    assert refusal(running, stray).reason == "bindings for a result without tool calls"  # type: ignore[attr-defined]
+
+
+def test_model_result_bindings_refusal_reasons() -> None:
+    """C6 bindings: one per call, in order; derived call ids; the provider id and the
+    arguments of the model's call; an offered tool's ref, digest and policy; an unknown
+    tool direct by name; a response request only the derived one."""
+    log = executing("in-1", tools=(DEPLOY, "search"))
+    running = log.state()
+    step = running.current
+    assert isinstance(step, ModelStep)
+    _, submit = B.model_result(running, tool_calls=[
+        ("deploy", '{"x":1}'), ("search", "{}"), ("unknown", "{}")])
+    assert isinstance(submit, C.SubmitModelResult)
+    deploy, search, unknown = submit.calls
+
+    def bound(*bs: ToolCallBinding) -> C.SubmitModelResult:
+        return attrs.evolve(submit, calls=bs)
+
+    def at(i: int, **kw: Any) -> C.SubmitModelResult:
+        calls = list(submit.calls)
+        calls[i] = attrs.evolve(calls[i], **kw)
+        return bound(*calls)
+
+    (_, opened) = decide(running, submit)
+    assert isinstance(opened, F.ToolStepOpened)
+    derived = opened.calls[0].response
+    assert derived is not None
+    offered = "binding {}: does not carry the offered spec"
+    direct = "binding 2: unknown tool must be direct, by name"
+    cases: list[tuple[C.SubmitModelResult, str]] = [
+        (bound(), "exactly one binding per model tool call"),
+        (bound(deploy, search), "exactly one binding per model tool call"),
+        (bound(deploy, search, unknown, unknown), "exactly one binding per model tool call"),
+        (bound(search, deploy, unknown), "binding 0: call id is not derived from its index"),
+        (at(1, call_id=derive_call_id(step.id, 2)),
+         "binding 1: call id is not derived from its index"),
+        (at(1, provider_call_id="other"), "binding 1: provider call id differs"),
+        (at(1, arguments='{"y":2}'), "binding 1: arguments differ from the model's"),
+        (at(0, tool_ref="other"), offered.format(0)),
+        (at(0, definition_digest=search.definition_digest), offered.format(0)),
+        (at(0, policy=ResponsePolicy.DIRECT_EXECUTION), offered.format(0)),
+        (at(1, policy=ResponsePolicy.APPROVAL_REQUIRED), offered.format(1)),
+        (at(2, tool_ref="search"), direct),
+        (at(2, definition_digest=search.definition_digest), direct),
+        (at(2, policy=ResponsePolicy.APPROVAL_REQUIRED), direct),
+        (at(0, response=attrs.evolve(derived, payload="{}")),
+         "binding 0: response request is not the derived one"),
+        (at(1, response=derived), "binding 1: response request is not the derived one"),
+        (attrs.evolve(submit, scheduling=ToolScheduling("random")),
+         "invalid scheduling ToolScheduling(mode='random', max_parallel=0)"),
+    ]
+    for command, reason in cases:
+        assert refusal(running, command).reason == reason, (command, reason)  # type: ignore[attr-defined]
+    # the derived request given explicitly is accepted and the group is the same
+    assert decide(running, at(0, response=derived)) == decide(running, submit)
+
+
+def test_model_result_with_tool_calls_opens_the_tool_step() -> None:
+    """C6 with tool calls: ModelStepCompleted + ToolStepOpened(derive_tool_step_id(step),
+    source=step, bindings with derived responses, scheduling); pending inputs do not
+    prevent it."""
+    log = executing("in-1", tools=(DEPLOY,))
+    log.apply(B.accept_input(log.state(), "in-2"))
+    running = log.state()
+    step = running.current
+    assert isinstance(step, ModelStep)
+    scheduling = ToolScheduling("parallel", 2)
+    _, submit = B.model_result(running, tool_calls=[("deploy", '{"x":1}'), ("x", "{}")],
+                               scheduling=scheduling)
+    assert isinstance(submit, C.SubmitModelResult)
+    completed, opened = decide(running, submit)
+    assert isinstance(completed, F.ModelStepCompleted)
+    tool_step_id = derive_tool_step_id(step.id)
+    first, second = submit.calls
+    response = ResponseRequest(
+        run_id=RUN, step_id=tool_step_id, call_id=first.call_id,
+        id=derive_response_id(RUN, tool_step_id, first.call_id, "approval"),
+        kind=ResponseKind.APPROVAL, payload='{"x":1}')
+    assert opened == F.ToolStepOpened(step_id=tool_step_id, source=step.id,
+                                      calls=(attrs.evolve(first, response=response), second),
+                                      scheduling=scheduling)
+    assert first.replay is ToolReplay.NEVER and first.placement is ToolPlacement.WORKSPACE
+
+
+def test_start_tool_call_effect_is_derived() -> None:
+    """C9: effect == derive_effect_id(run_id, step_id, call_id, 0)."""
+    log = tool_step([("search", "{}"), ("search", "{}")], ("search",))
+    state = log.state()
+    cur = state.current
+    assert isinstance(cur, ToolStep)
+    _, start = B.start_tool(state, 0)
+    reason = "effect is not derive_effect_id(run, step, call, 0)"
+    for effect in ("", derive_effect_id(RUN, cur.id, cur.calls[1].call_id, 0),
+                   derive_effect_id(RUN, cur.id, cur.calls[0].call_id, 1)):
+        assert refusal(state, attrs.evolve(start, effect=effect)).reason == reason  # type: ignore[attr-defined]
+    assert decide(state, start) == (F.ToolCallStarted(
+        step_id=cur.id, call_id=cur.calls[0].call_id,
+        effect=derive_effect_id(RUN, cur.id, cur.calls[0].call_id, 0)),)
+
+
+# -- survivors of the third measurement: evaluate_commit and the fold (spec §4.3, §2.11) ---
+
+
+class _ForeignView:
+    """A CommitView whose projection answers with another Run's snapshot (a store bug)."""
+
+    def __init__(self, log: B.SimpleLog) -> None:
+        self.log = log
+
+    def replay_facts(self, command_id: str, run_id: str) -> tuple[F.Fact, ...] | None:
+        return None
+
+    def active(self, run_id: str) -> Snapshot | None:
+        return self.log.snapshot()
+
+    def stream_exists(self, run_id: str) -> bool:
+        return True
+
+
+def test_locate_and_envelope_errors_name_the_run() -> None:
+    """Steps 2–3: an ended Run → RunTerminalError, an unknown one → RunNotFoundError, both
+    naming it; an envelope naming another Run than the projection's → conflict."""
+    log = fresh("in-1")
+    cid, command = B.accept_input(log.state(), "in-2")
+    with pytest.raises(RunNotFoundError) as missing:
+        log.evaluate(log.request(cid, command, run_id="run-9"))
+    assert missing.value.run_id == "run-9"  # type: ignore[attr-defined]
+    foreign = CommitRequest(log.position(), CommandEnvelope(
+        "accept_input", "run-2", derive_input_command_id("run-2", "in-2"), command))
+    with pytest.raises(CommandConflictError) as other:
+        evaluate_commit(_ForeignView(log), foreign)
+    assert other.value.reason == "envelope"  # type: ignore[attr-defined]
+    log.apply(B.cancel(log.state()))
+    with pytest.raises(RunTerminalError) as ended:
+        log.evaluate(log.request(cid, command))
+    assert (ended.value.run_id, ended.value.command) == (RUN, command)  # type: ignore[attr-defined]
+
+
+def test_effect_commands_without_an_effect_are_conflicts() -> None:
+    """Step 4, before the derived-id check: every start, settlement and recovery command."""
+    log = executing("in-1")
+    running = log.state()
+    model_commands: list[Any] = [B.recover_model(running)[1], B.model_result(running)[1],
+                                 B.model_failure(running)[1], B.reject_model_result(running)[1]]
+    prepared = fresh("in-1")
+    prepared.apply(B.prepare(prepared.state(), prepared.position()))
+    tools = tool_step([("search", "{}")], ("search",))
+    start_tool = B.start_tool(tools.state(), 0)
+    tools.apply(start_tool)
+    tool_commands: list[Any] = [B.tool_result(tools.state(), 0, "{}")[1],
+                                B.tool_failure(tools.state(), 0)[1]]
+    for at, commands in ((log, model_commands), (prepared, [B.start_model(prepared.state())[1]]),
+                         (tool_step([("search", "{}")], ("search",)), [start_tool[1]]),
+                         (tools, tool_commands)):
+        for command in commands:
+            blank = attrs.evolve(command, effect="")
+            err = commit_error(at, at.request(derive_start_command_id(""), blank))
+            assert isinstance(err, CommandConflictError), command
+            assert err.reason == "effect missing"  # type: ignore[attr-defined]
+
+
+def test_non_derived_id_names_the_expected_ids() -> None:
+    """Step 5: the error carries the ids the family derives; an UNKNOWN tool failure is
+    accepted under the settlement id or the recovery id, a KNOWN one only the first."""
+    log, state = _running_tool()
+    cur = state.current
+    assert isinstance(cur, ToolStep)
+    effect = cur.calls[0].effect
+    _, known = B.tool_failure(state, 0)
+    unknown = attrs.evolve(known, outcome=ToolFailureOutcome.UNKNOWN,
+                           failure=Failure(FailureClass.EFFECT_UNKNOWN))
+    err = commit_error(log, log.request(derive_recovery_command_id(effect), known))
+    assert isinstance(err, CommandConflictError)
+    assert err.reason == "non-derived id"  # type: ignore[attr-defined]
+    assert err.expected == (derive_settlement_command_id(effect),)  # type: ignore[attr-defined]
+    assert expected_command_ids(RUN, 0, unknown) == (derive_settlement_command_id(effect),
+                                                     derive_recovery_command_id(effect))
+    assert expected_command_ids(RUN, -1, B.prepare(state, 0)[1]) == ()
+    assert expected_command_ids(RUN, 3, C.CancelRun()) is None
+    result = log.submit(log.request(derive_recovery_command_id(effect), unknown))
+    assert result.status is CommitStatus.ACCEPTED
+    with pytest.raises(ValidationError):
+        expected_command_ids(RUN, 0, object())  # type: ignore[arg-type]
+
+
+def test_decide_refusal_becomes_stale_with_its_reason() -> None:
+    """Step 8: a PreconditionError becomes StaleRuntimeError, chained, keeping ``reason``."""
+    log = fresh("in-1")
+    log.apply(B.prepare(log.state(), log.position()))
+    _, withdraw = B.withdraw(log.state())
+    err = commit_error(log, log.request(B.withdraw(log.state())[0], withdraw))
+    assert isinstance(err, StaleRuntimeError)
+    assert err.reason == "withdraw needs pending inputs"  # type: ignore[attr-defined]
+    assert err.command is withdraw  # type: ignore[attr-defined]
+    assert isinstance(err.__cause__, PreconditionError)
+
+
+def test_prompt_token_guard_sees_scope_run_and_token_for_prepare_only() -> None:
+    """Step 7 [D-9]: the guard runs for Prepare with (scope, run_id, prompt_token); its
+    refusal writes nothing; other commands never call it."""
+    log = fresh("in-1")
+    seen: list[tuple[str, str, str]] = []
+
+    def guard(scope: str, run_id: str, token: str) -> None:
+        seen.append((scope, run_id, token))
+        if token == "old":
+            raise StaleRuntimeError("old prompt token")
+
+    stale = B.prepare(log.state(), log.position(), prompt_token="old")
+    with pytest.raises(StaleRuntimeError):
+        log.apply(stale, prompt_token_guard=guard)
+    assert seen == [(log.scope, RUN, "old")] and len(log.facts()) == 2
+    log.apply(B.accept_input(log.state(), "in-2"), prompt_token_guard=guard)
+    assert len(seen) == 1
+    log.apply(B.prepare(log.state(), log.position(), prompt_token="new"),
+              prompt_token_guard=guard)
+    assert seen[-1] == (log.scope, RUN, "new")
+
+
+def test_append_snapshot_is_the_folded_state_at_the_new_position() -> None:
+    """Steps 10–11: Append(facts, Snapshot(state after every fact, position + len))."""
+    log = executing("in-1")
+    before = log.snapshot()
+    cid, cancel = B.cancel(log.state())
+    decision = log.evaluate(log.request(cid, cancel))
+    assert isinstance(decision, Append)
+    assert decision.facts == decide(before.state, cancel)
+    state = before.state
+    for fact in decision.facts:
+        state = evolve(state, fact)
+    assert decision.snapshot == Snapshot(state, before.position + len(decision.facts))
+    assert decision.snapshot.state.status is RunStatus.STOPPED
+
+
+def test_identity_and_envelope_validation() -> None:
+    """RUN-SCP: a required identity is a non-empty str that encodes to UTF-8."""
+    for bad in ("", "\ud800", 7, None):
+        with pytest.raises(ValidationError):
+            validate_identity(bad, "run id")  # type: ignore[arg-type]
+    validate_identity("é", "run id")
+    command = C.CancelRun()
+    for run_id, command_id in (("", "c"), ("r", ""), ("\ud800", "c"), ("r", "\udfff")):
+        with pytest.raises(ValidationError):
+            envelope(run_id, command_id, command)
+    with pytest.raises(ValidationError):
+        envelope(RUN, "c", object())  # type: ignore[arg-type]
+    assert envelope(RUN, "c", command) == CommandEnvelope("cancel_run", RUN, "c", command)
+
+
+def test_create_group_and_initialize_run() -> None:
+    """§2.11: (RunCreated(run_id, causation_id), InputAccepted…); refusals are
+    ValidationError; initialize_run is the fold of RunCreated."""
+    digest = B.agent_input("x").digest
+    inputs = (AgentInput("in-1", digest), AgentInput("in-2", digest))
+    assert create_group(NewRun(RUN, "cause"), inputs) == (
+        F.RunCreated(RUN, "cause"), F.InputAccepted(inputs[0]), F.InputAccepted(inputs[1]))
+    for bad in ((AgentInput("", digest),), (AgentInput("in-1", ""),),
+                (AgentInput("\ud800", digest),), (inputs[0], inputs[0])):
+        with pytest.raises(ValidationError):
+            create_group(NewRun(RUN), bad)
+    for run_id in ("", "\ud800"):
+        with pytest.raises(ValidationError):
+            create_group(NewRun(run_id), inputs)
+    assert initialize_run(NewRun(RUN, "cause")) == MachineState(
+        run_id=RUN, status=RunStatus.ACTIVE, current=OPEN)
+
+
+def test_fold_run_names_the_bad_fact() -> None:
+    """§2.11: the first fact is RunCreated; an empty log and a guard failure raise
+    CorruptLogError with index, wire name, run id and the guard's reason."""
+    digest = B.agent_input("x").digest
+    accepted = F.InputAccepted(AgentInput("in-1", digest))
+    with pytest.raises(CorruptLogError) as first:
+        fold_run((accepted,), run_id=RUN)
+    assert (first.value.index, first.value.wire_name, first.value.reason,  # type: ignore[attr-defined]
+            first.value.run_id, first.value.fact) == (0, "input_accepted", "first fact",  # type: ignore[attr-defined]
+                                                      RUN, accepted)
+    with pytest.raises(CorruptLogError) as empty:
+        fold_run((), run_id=RUN)
+    assert (empty.value.index, empty.value.reason, empty.value.run_id) == (0, "empty", RUN)  # type: ignore[attr-defined]
+    with pytest.raises(CorruptLogError) as dup:
+        fold_run((F.RunCreated(RUN), accepted, accepted), run_id=RUN)
+    assert (dup.value.index, dup.value.wire_name, dup.value.reason, dup.value.fact) == (  # type: ignore[attr-defined]
+        2, "input_accepted", "input already pending", accepted)
+    assert isinstance(dup.value.__cause__, EvolveError)
+    assert fold_run((F.RunCreated(RUN), accepted)).pending_inputs == (accepted.input,)
