@@ -391,8 +391,8 @@ def evolve(state: MachineState | None, fact: F.Fact) -> MachineState:
     state, nothing else on it, nothing onto a terminal state.
 
     Raises:
-        EvolveError: the fact violates a guard; nothing was produced and *state* is
-            unchanged (it is immutable).
+        EvolveError: the fact violates a guard, or carries an identity that does not
+            encode to UTF-8; nothing was produced and *state* is unchanged (immutable).
     """
     if isinstance(fact, F.RunCreated):
         return _run_created(state, fact)
@@ -405,6 +405,8 @@ def evolve(state: MachineState | None, fact: F.Fact) -> MachineState:
         raise _refuse(fact, "not a fact")
     try:
         return handler(state, fact)
-    except ValidationError as exc:  # a value that cannot be built is a refused fact
+    except (ValidationError, UnicodeEncodeError) as exc:
+        # a value that cannot be built, or an identity that is not UTF-8 (a lone
+        # surrogate reaching an id derivation, §0.4), is a refused fact
         raise _refuse(fact, str(exc)) from exc
 

@@ -1287,3 +1287,29 @@ def test_fold_run_names_the_bad_fact() -> None:
         2, "input_accepted", "input already pending", accepted)
     assert isinstance(dup.value.__cause__, EvolveError)
     assert fold_run((F.RunCreated(RUN), accepted)).pending_inputs == (accepted.input,)
+
+
+@pytest.mark.parametrize("where", ["source", "call_id"])
+def test_fold_refuses_a_lone_surrogate_identity_as_a_bad_fact(where: str) -> None:
+    """RUN-SCP: an identity that does not encode to UTF-8 is invalid; a fact carrying one
+    (a ToolStepOpened whose source, or whose waiting call's id, holds a lone surrogate) is
+    refused with EvolveError — fold_run with CorruptLogError — never a raw
+    UnicodeEncodeError from the id derivation."""
+    _, state, opened = _opening()
+    approval, direct = opened.calls
+    if where == "source":
+        bad = attrs.evolve(opened, source="\ud800")
+    else:
+        assert approval.response is not None
+        bad = attrs.evolve(opened, calls=(attrs.evolve(
+            approval, call_id="\ud800",
+            response=attrs.evolve(approval.response, call_id="\ud800")), direct))
+    err = fold_refusal(state, bad)
+    assert isinstance(err.__cause__, UnicodeEncodeError)
+    assert err.reason == str(err.__cause__)  # type: ignore[attr-defined]
+    log = executing("in-1", tools=(DEPLOY, "search"))
+    completed = decide(log.state(), B.model_result(log.state(), tool_calls=[
+        ("deploy", '{"x":1}'), ("search", "{}")], scheduling=ToolScheduling("sequential", 1))[1])[0]
+    with pytest.raises(CorruptLogError) as info:
+        fold_run((*log.facts(), completed, bad), run_id=RUN)
+    assert info.value.index == len(log.facts()) + 1  # type: ignore[attr-defined]
