@@ -23,7 +23,7 @@ import pytest
 
 from runx_actors.protocol import commands as C
 from runx_actors.protocol import facts as F
-from runx_actors.protocol._decide import CANCEL_MESSAGE, CANCEL_UNKNOWN_MESSAGE, decide
+from runx_actors.protocol._decide import CANCEL_MESSAGE, CANCEL_UNKNOWN_MESSAGE, Phase, decide
 from runx_actors.protocol._evolve import evolve, valid_run_end
 from runx_actors.protocol.commit import (
     Append,
@@ -52,6 +52,7 @@ from runx_actors.protocol.errors import (
     ValidationError,
 )
 from runx_actors.protocol.ids import (
+    derive,
     derive_call_id,
     derive_effect_id,
     derive_input_command_id,
@@ -259,14 +260,17 @@ def test_tool_call_completed_only_folds_onto_an_executing_call() -> None:
         assert info.value.wire_name == "tool_call_completed"  # type: ignore[attr-defined]
 
 
+def _framed(namespace: str, *parts: str) -> str:
+    """§3.2 written out independently of runx_actors.protocol.ids."""
+    data = b"".join(b"%d:%s" % (len(p.encode("utf-8")), p.encode("utf-8"))
+                    for p in (namespace, *parts))
+    return hashlib.sha256(data).hexdigest()
+
+
 def test_input_command_id_hashes_every_input_of_the_batch() -> None:
     """A third seeded bug: ``derive_input_command_id`` hashing only the first input."""
-    def framed(*parts: str) -> str:  # spec §3.2, independently of runx_actors.protocol.ids
-        return hashlib.sha256(b"".join(b"%d:%s" % (len(p.encode()), p.encode())
-                                       for p in parts)).hexdigest()
-
     batch = derive_input_command_id(RUN, "in-a", "in-b")
-    assert batch == framed("twilight/input-command", RUN, "in-a", "in-b")
+    assert batch == _framed("twilight/input-command", RUN, "in-a", "in-b")
     assert batch != derive_input_command_id(RUN, "in-a")
     log = fresh("in-0")
     command = C.AcceptInput((B.agent_input("in-a"), B.agent_input("in-b")))
@@ -1313,3 +1317,123 @@ def test_fold_refuses_a_lone_surrogate_identity_as_a_bad_fact(where: str) -> Non
     with pytest.raises(CorruptLogError) as info:
         fold_run((*log.facts(), completed, bad), run_id=RUN)
     assert info.value.index == len(log.facts()) + 1  # type: ignore[attr-defined]
+
+
+# -- ids.py: the namespaced hash's parts (spec §3.2) ---------------------------------------
+
+
+def test_namespaced_hash_parts() -> None:
+    """Lengths count UTF-8 bytes; an int is its unsigned decimal; an empty part is ``0:``;
+    a bool, a negative int and a lone surrogate are refused, never hashed."""
+    assert derive("ns/é", "ü", 12, "") == _framed("ns/é", "ü", "12", "")
+    assert derive("ns", 0) == _framed("ns", "0")
+    with pytest.raises(TypeError):
+        derive("ns", True)
+    with pytest.raises(ValueError):
+        derive("ns", -1)
+    with pytest.raises(UnicodeEncodeError):
+        derive("ns", "\ud800")
+
+
+def test_decide_on_an_ended_run_and_outside_the_table() -> None:
+    """RUN-MCH-3: a terminal state gives RunTerminalError first (status, run id, command);
+    a (command, phase) pair missing from the table is refused naming the phase."""
+    log = fresh("in-1")
+    open_state = log.state()
+    log.apply(B.cancel(open_state))
+    ended = log.state()
+    command = C.AcceptInput((B.agent_input("in-2"),))
+    with pytest.raises(RunTerminalError) as info:
+        decide(ended, command)
+    assert (info.value.status, info.value.run_id, info.value.command) == (  # type: ignore[attr-defined]
+        RunStatus.STOPPED, RUN, command)
+    start = C.StartModelExecution("step-x", "e" * 64)
+    err = refusal(open_state, start)
+    assert (err.reason, err.phase) == ("not allowed in phase open", Phase.OPEN)  # type: ignore[attr-defined]
+    running = executing("in-1").state()
+    err = refusal(running, attrs.evolve(start, step_id=running.current.id))  # type: ignore[union-attr]
+    assert (err.reason, err.phase) == (  # type: ignore[attr-defined]
+        "not allowed in phase model_executing", Phase.MODEL_EXECUTING)
+
+
+def test_commit_refusals_carry_the_command() -> None:
+    """Errors carry the data to act on them: the refused command (errors.py)."""
+    log = fresh("in-1")
+    cid, command = B.accept_input(log.state(), "in-2")
+    for request in (CommitRequest(log.position(), CommandEnvelope("cancel_run", RUN, cid,
+                                                                  command)),
+                    CommitRequest(log.position(), CommandEnvelope("accept_input", RUN, "",
+                                                                  command))):
+        err = commit_error(log, request)
+        assert isinstance(err, CommandConflictError)
+        assert err.command is command  # type: ignore[attr-defined]
+    not_a_command = object()
+    for call in (lambda: envelope(RUN, "c", not_a_command),  # type: ignore[arg-type]
+                 lambda: expected_command_ids(RUN, 0, not_a_command)):  # type: ignore[arg-type]
+        with pytest.raises(ValidationError) as info:
+            call()
+        assert info.value.command is not_a_command  # type: ignore[attr-defined]
+
+
+def test_prompt_token_guard_default_scope_is_empty() -> None:
+    """``evaluate_commit``'s ``scope`` defaults to the default scope ``""``."""
+    log = fresh("in-1")
+    seen: list[str] = []
+    cid, prepare = B.prepare(log.state(), log.position())
+    evaluate_commit(log, log.request(cid, prepare),
+                    prompt_token_guard=lambda scope, run_id, token: seen.append(scope))
+    assert seen == [""]
+
+
+class _EndedView(_ForeignView):
+    """A projection that still lists an ended Run as active (a store bug): step 6."""
+
+    def active(self, run_id: str) -> Snapshot | None:
+        return Snapshot(self.log.state(), self.log.position())
+
+
+def test_commit_and_fold_errors_carry_their_data() -> None:
+    """errors.py: errors carry what is needed to act on them as attributes — the
+    command, the stale base and position, the Run's status, the refused value or input,
+    the fact's index / wire name / run id."""
+    log = fresh("in-1")
+    cid, prepare = B.prepare(log.state(), log.position())
+    ahead = log.position() + 1
+    stale_cid, stale = B.prepare(log.state(), ahead)
+    err = commit_error(log, log.request(stale_cid, stale, base=ahead))
+    assert isinstance(err, StaleRuntimeError)
+    assert (err.command, err.base, err.position) == (stale, ahead, log.position())  # type: ignore[attr-defined]
+    bad_step = attrs.evolve(prepare, step_id="step-x")
+    err = commit_error(log, log.request(cid, bad_step))
+    assert isinstance(err, StaleRuntimeError) and err.command is bad_step  # type: ignore[attr-defined]
+    err = commit_error(log, log.request("not-derived", prepare))
+    assert isinstance(err, CommandConflictError) and err.command is prepare  # type: ignore[attr-defined]
+    running = executing("in-1")
+    blank = attrs.evolve(B.recover_model(running.state())[1], effect="")
+    err = commit_error(running, running.request("x", blank))
+    assert isinstance(err, CommandConflictError) and err.command is blank  # type: ignore[attr-defined]
+    log.apply(B.cancel(log.state()))
+    with pytest.raises(RunTerminalError) as ended:
+        evaluate_commit(_EndedView(log), log.request(*B.accept_input(fresh().state(), "in-9")))
+    assert (ended.value.status, ended.value.run_id) == (RunStatus.STOPPED, RUN)  # type: ignore[attr-defined]
+    for value in ("", "\ud800"):
+        with pytest.raises(ValidationError) as bad:
+            validate_identity(value, "run id")
+        assert bad.value.value == value  # type: ignore[attr-defined]
+    digest = B.agent_input("x").digest
+    for inputs in ((AgentInput("", digest),), (AgentInput("in-1", digest),) * 2):
+        with pytest.raises(ValidationError) as refused:
+            create_group(NewRun(RUN), inputs)
+        assert refused.value.input == inputs[-1]  # type: ignore[attr-defined]
+    not_a_fact = object()
+    with pytest.raises(CorruptLogError) as first:
+        fold_run((not_a_fact,))  # type: ignore[arg-type]
+    assert (first.value.wire_name, first.value.run_id, first.value.fact) == (  # type: ignore[attr-defined]
+        "?", "", not_a_fact)
+    with pytest.raises(CorruptLogError) as empty:
+        fold_run(())
+    assert (empty.value.wire_name, empty.value.fact, empty.value.run_id) == ("", None, "")  # type: ignore[attr-defined]
+    with pytest.raises(CorruptLogError) as guard:
+        fold_run((F.RunCreated(RUN), F.RunCreated(RUN)), run_id=RUN)
+    assert (guard.value.run_id, guard.value.index, guard.value.wire_name) == (  # type: ignore[attr-defined]
+        RUN, 1, "run_created")
