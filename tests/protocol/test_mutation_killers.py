@@ -269,6 +269,7 @@ def _framed(namespace: str, *parts: str) -> str:
 
 def test_input_command_id_hashes_every_input_of_the_batch() -> None:
     """A third seeded bug: ``derive_input_command_id`` hashing only the first input."""
+    derive.cache_clear()  # computed here, not remembered from another test
     batch = derive_input_command_id(RUN, "in-a", "in-b")
     assert batch == _framed("twilight/input-command", RUN, "in-a", "in-b")
     assert batch != derive_input_command_id(RUN, "in-a")
@@ -1324,7 +1325,9 @@ def test_fold_refuses_a_lone_surrogate_identity_as_a_bad_fact(where: str) -> Non
 
 def test_namespaced_hash_parts() -> None:
     """Lengths count UTF-8 bytes; an int is its unsigned decimal; an empty part is ``0:``;
-    a bool, a negative int and a lone surrogate are refused, never hashed."""
+    a bool, a negative int and a lone surrogate are refused, never hashed. The cache is
+    cleared first so that every hash below is computed here, not remembered."""
+    derive.cache_clear()
     assert derive("ns/é", "ü", 12, "") == _framed("ns/é", "ü", "12", "")
     assert derive("ns", 0) == _framed("ns", "0")
     with pytest.raises(TypeError):
