@@ -32,8 +32,10 @@ from runx_actors.protocol.commit import (
     CommitStatus,
     Replay,
     Snapshot,
+    check_batch,
     create_group,
     envelope,
+    evaluate_batch,
     evaluate_commit,
     expected_command_ids,
     fold_run,
@@ -1440,3 +1442,51 @@ def test_commit_and_fold_errors_carry_their_data() -> None:
         fold_run((F.RunCreated(RUN), F.RunCreated(RUN)), run_id=RUN)
     assert (guard.value.run_id, guard.value.index, guard.value.wire_name) == (  # type: ignore[attr-defined]
         RUN, 1, "run_created")
+
+
+# -- evaluate_batch (RUN-CMT-9): survivors of the run after the rebase onto main -----------
+
+
+def test_batch_locates_the_run_like_commit() -> None:
+    """Each request is evaluated as commit would (RUN-CMT-9): an unknown Run is
+    RunNotFoundError, a Run ended before the batch or by an earlier request of it is
+    RunTerminalError naming the Run and the refused command — returned, not raised."""
+    log = fresh("in-1")
+    cid, accept = B.accept_input(log.state(), "in-2")
+    _, error = evaluate_batch(log, [log.request(cid, accept, run_id="run-9")])
+    assert isinstance(error, RunNotFoundError) and error.run_id == "run-9"  # type: ignore[attr-defined]
+    cancel = log.request(*B.cancel(log.state()))
+    after = log.request(cid, accept)
+    decisions, error = evaluate_batch(log, [cancel, after])
+    assert len(decisions) == 1 and isinstance(error, RunTerminalError)
+    assert (error.run_id, error.command) == (RUN, accept)  # type: ignore[attr-defined]
+    log.submit(cancel)
+    _, error = evaluate_batch(log, [after])
+    assert isinstance(error, RunTerminalError)
+    assert (error.run_id, error.command) == (RUN, accept)  # type: ignore[attr-defined]
+
+
+def test_batch_passes_its_scope_to_the_prompt_token_guard() -> None:
+    log = fresh("in-1")
+    request = log.request(*B.prepare(log.state(), log.position()))
+    seen: list[str] = []
+
+    def guard(scope: str, run_id: str, token: str) -> None:
+        seen.append(scope)
+
+    evaluate_batch(log, [request], scope="scope-9", prompt_token_guard=guard)
+    evaluate_batch(log, [request], prompt_token_guard=guard)
+    assert seen == ["scope-9", ""]
+
+
+def test_batch_validation_errors_carry_the_request_and_the_runs() -> None:
+    log = fresh("in-1")
+    log.create("run-2", ["x"])
+    one = log.request(*B.accept_input(log.state(), "a"))
+    two = log.request(*B.accept_input(log.state("run-2"), "a"), run_id="run-2")
+    with pytest.raises(ValidationError) as mixed:
+        check_batch([one, two, one])
+    assert mixed.value.run_ids == (RUN, "run-2")  # type: ignore[attr-defined]
+    with pytest.raises(ValidationError) as bad:
+        check_batch([one, "nope"])  # type: ignore[list-item]
+    assert bad.value.request == "nope"  # type: ignore[attr-defined]
