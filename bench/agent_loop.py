@@ -13,11 +13,18 @@ Printed in one invocation, so the figures are comparable:
 * memory store and SQLite store, 1 run and 100 concurrent runs;
 * raw trio memory-channel round trips (the floor of any actor hand-off);
 * raw SQLite commits (WAL, synchronous=FULL), one row per transaction;
-* RSS per waiting Run actor, measured over 10,000 Runs whose drive is parked on an
-  Outcome (the actor task, its mailbox, its Watcher registration and the executor's
-  record for the in-flight call).
+* RSS per waiting Run, measured over 10,000 Runs whose drive (started with
+  ``start_drive``: no task of the bench's per Run) is parked on an Outcome: the parked
+  actor (no task), its Watcher registration, the store's projection entry and the
+  executor's record and worker for the in-flight call; on the SQLite store by default
+  (``--idle-store memory``: the memory store, whose in-memory log is its durable copy
+  and so counts too);
+* the restart: seconds from opening a runtime over 10,000 active Runs (each with a
+  started tool call the executor still runs) until every one is resumed
+  (``--resume N``; 0 skips it).
 
-Usage: ``python bench/agent_loop.py [--iterations N] [--runs N] [--idle N] [--json]``.
+Usage: ``python bench/agent_loop.py [--iterations N] [--runs N] [--idle N]
+[--idle-store sqlite|memory] [--resume N] [--json]``.
 ``--breakdown`` adds, for the idle measurement, live trio tasks per Run and a tracemalloc
 diff (bytes per Run by owner) taken at the same moment as the RSS reading, once every task
 is blocked (so reads still in flight when the last key registered are not counted);
@@ -240,8 +247,11 @@ def _breakdown(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot,
     }
 
 
-async def idle_actor_rss(n: int, breakdown: bool = False) -> dict[str, Any]:
-    """RSS growth per Run whose drive waits on an in-flight tool call."""
+async def idle_actor_rss(n: int, breakdown: bool = False, store_kind: str = "memory",
+                         workdir: str = ".") -> dict[str, Any]:
+    """RSS growth per Run whose drive waits on an in-flight tool call, on the *store_kind*
+    store ("memory": its log is its durable copy and counts here; "sqlite": the log is
+    on disk)."""
     gate = trio.Event()
 
     async def blocked() -> dict[str, bool]:
@@ -250,11 +260,16 @@ async def idle_actor_rss(n: int, breakdown: bool = False) -> dict[str, Any]:
 
     tool = python_tool(blocked, ref="noop")
     model = CountingModel(1)
-    store = MemoryStore()
-    async with open_local_executor(tools=[tool], models={"bench": model}) as ex, \
-            open_runtime(store, ex, scope="idle", builder=BodyBuilder(tool)) as rt:
+    path = os.path.join(workdir, "idle.sqlite3")
+    # generous bounds: the start barriers of thousands of Runs queue behind each other
+    settings = Settings(settle_timeout=3600.0)
+    async with _store(store_kind, path) as store, \
+            open_local_executor(tools=[tool], models={"bench": model}) as ex, \
+            open_runtime(store, ex, scope="idle", builder=BodyBuilder(tool),
+                         settings=settings) as rt:
         for i in range(n):
             await rt.create_run(f"run-{i}", ["go"])
+        model.calls.clear()  # the bench's own bookkeeping, not the Run's
         gc.collect()
         extra: dict[str, Any] = {}
         if breakdown:
@@ -262,27 +277,93 @@ async def idle_actor_rss(n: int, breakdown: bool = False) -> dict[str, Any]:
             tracemalloc.start(25)
             snap_before = tracemalloc.take_snapshot()
         before = _rss_bytes()
-        async with trio.open_nursery() as nursery:
-            for i in range(n):
-                nursery.start_soon(rt.drive, f"run-{i}")
-            while sum(1 for s in rt.runtime.statistics() if s.keys_in_flight) < n:
-                await trio.sleep(0.01)
-            # read the settled state — every drive parked on its tool call — not a
-            # moment when some model calls or Watcher reads are still in flight
-            await trio.testing.wait_all_tasks_blocked()
-            gc.collect()
-            after = _rss_bytes()
-            if breakdown:
-                snap_after = tracemalloc.take_snapshot()
-                tracemalloc.stop()
-                tasks = _task_counts()
-                tasks.subtract(tasks_before)
-                extra["tasks_per_run"] = {k: v / n for k, v in tasks.items() if v}
-                extra["breakdown"] = _breakdown(snap_before, snap_after, n)
-            live = len(rt.runtime.live_actors())
-            gate.set()
-    return {"runs": n, "live_actors": live, "rss_before": before, "rss_after": after,
+        # start_drive: no task of the bench's per Run; started in batches so the start
+        # barriers of thousands of Runs do not all queue at once
+        batch = 250
+        for first in range(0, n, batch):
+            for i in range(first, min(n, first + batch)):
+                await rt.start_drive(f"run-{i}")
+            while _parked(rt) < min(n, first + batch):
+                await trio.sleep(0.005)
+        # read the settled state — every drive parked on its tool call — not a
+        # moment when some model calls or Watcher reads are still in flight
+        await trio.testing.wait_all_tasks_blocked()
+        model.calls.clear()
+        gc.collect()
+        after = _rss_bytes()
+        if breakdown:
+            snap_after = tracemalloc.take_snapshot()
+            tracemalloc.stop()
+            tasks = _task_counts()
+            tasks.subtract(tasks_before)
+            extra["tasks_per_run"] = {k: v / n for k, v in tasks.items() if v}
+            extra["breakdown"] = _breakdown(snap_before, snap_after, n)
+        live = len(rt.runtime.live_actors())
+        parked = _parked(rt)
+        # leaving answers the parked drives (RuntimeClosedError, nobody waits for them)
+        # and the executor cancels the blocked tools
+    return {"runs": n, "store": store_kind, "live_actors": live, "parked_actors": parked,
+            "rss_before": before, "rss_after": after,
             "bytes_per_actor": (after - before) / n, **extra}
+
+
+async def resume_time(n: int, workdir: str) -> dict[str, Any]:
+    """Seconds from opening the runtime until every one of *n* active Runs is resumed.
+
+    Set-up (not timed): *n* Runs on a SQLite store, each parked on a started tool call
+    that the executor keeps running (the executor outlives the runtime, as a separate
+    executor service would); then the runtime and the store are closed. Timed: opening
+    the store and the runtime — the writer's projection load, takeover reconciliation
+    (every target ``attach``-ed: KEEP) and the Reconciler's watch, until the Watcher
+    has registered every kept key and read each once (every Run resumed: its Outcome
+    will be settled the moment it exists).
+    """
+    from runx_actors.store.sqlite import open_sqlite_store
+
+    gate = trio.Event()
+
+    async def blocked() -> dict[str, bool]:
+        await gate.wait()
+        return {"ok": True}
+
+    tool = python_tool(blocked, ref="noop")
+    model = CountingModel(1)
+    path = os.path.join(workdir, "resume.sqlite3")
+    settings = Settings(settle_timeout=3600.0)
+    async with open_local_executor(tools=[tool], models={"bench": model}) as ex:
+        async with open_sqlite_store(path) as store, \
+                open_runtime(store, ex, scope="resume", builder=BodyBuilder(tool),
+                             settings=settings) as rt:
+            batch = 250
+            for first in range(0, n, batch):
+                for i in range(first, min(n, first + batch)):
+                    await rt.create_run(f"run-{i}", ["go"])
+                    await rt.start_drive(f"run-{i}")
+                while _parked(rt) < min(n, first + batch):
+                    await trio.sleep(0.005)
+        gc.collect()
+        start = time.perf_counter()
+        async with open_sqlite_store(path) as store, \
+                open_runtime(store, ex, scope="resume", builder=BodyBuilder(tool),
+                             settings=settings) as rt:
+            opened = time.perf_counter()
+            watcher = rt.runtime.watcher
+            while watcher.statistics().keys < n:
+                await trio.sleep(0)
+            await trio.testing.wait_all_tasks_blocked()
+            resumed = time.perf_counter()
+            stats = watcher.statistics()
+            recovered = rt.recovered
+            active = len(rt.writer.projection())
+        gate.set()
+    return {"runs": n, "active": active, "watched_keys": stats.keys,
+            "recovery_commits": recovered, "open_seconds": opened - start,
+            "resume_seconds": resumed - start}
+
+
+def _parked(rt: Any) -> int:
+    """Actors whose drive is parked on an Outcome (no task of their own)."""
+    return sum(1 for s in rt.runtime.statistics() if s.parked)
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -297,10 +378,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             os.path.join(workdir, "raw.sqlite3"), 2000)
     if args.idle:
         # a fresh interpreter, so memory freed by the loops above cannot hide growth
-        command = [sys.executable, __file__, "--idle-only", str(args.idle)]
+        command = [sys.executable, __file__, "--idle-only", str(args.idle),
+                   "--idle-store", args.idle_store]
         out = subprocess.run(command + (["--breakdown", "--json"] if args.breakdown else []),
                              capture_output=True, text=True, check=True)
         results["idle"] = json.loads(out.stdout)
+    if args.resume:
+        command = [sys.executable, __file__, "--resume-only", str(args.resume)]
+        out = subprocess.run(command, capture_output=True, text=True, check=True)
+        results["resume"] = json.loads(out.stdout)
     return results
 
 
@@ -325,11 +411,18 @@ def _print(results: dict[str, Any]) -> None:
     console.print(peers)
     if "idle" in results:
         idle = results["idle"]
-        console.print(f"waiting Run actors: {idle['runs']:,} live={idle['live_actors']:,} "
+        console.print(f"waiting Run actors ({idle['store']} store): {idle['runs']:,} "
+                      f"live={idle['live_actors']:,} parked={idle['parked_actors']:,} "
                       f"RSS +{(idle['rss_after'] - idle['rss_before']) / 2**20:.1f} MiB "
                       f"= {idle['bytes_per_actor'] / 1024:.2f} KiB per actor")
         if "breakdown" in idle:
             _print_breakdown(console, idle)
+    if "resume" in results:
+        r = results["resume"]
+        console.print(f"restart with {r['runs']:,} active Runs (SQLite): every one resumed "
+                      f"in {r['resume_seconds']:.2f} s (runtime open {r['open_seconds']:.2f} "
+                      f"s; {r['watched_keys']:,} keys watched, {r['recovery_commits']} "
+                      "recovery commits)")
 
 
 def _print_breakdown(console: Console, idle: dict[str, Any]) -> None:
@@ -356,10 +449,22 @@ if __name__ == "__main__":
     parser.add_argument("--breakdown", action="store_true",
                         help="idle measurement: also tasks per Run and a tracemalloc "
                              "breakdown by owner (slower; inflates that run's RSS)")
+    parser.add_argument("--idle-store", choices=("memory", "sqlite"), default="sqlite",
+                        help="store of the idle measurement (default sqlite, the durable "
+                             "one; the memory store's log is its durable copy and counts)")
+    parser.add_argument("--resume", type=int, default=10000,
+                        help="active Runs of the restart measurement (0: skip)")
     parser.add_argument("--idle-only", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--resume-only", type=int, default=0, help=argparse.SUPPRESS)
     ns = parser.parse_args()
+    if ns.resume_only:
+        with tempfile.TemporaryDirectory() as resume_dir:
+            print(json.dumps(trio.run(resume_time, ns.resume_only, resume_dir)))
+        sys.exit(0)
     if ns.idle_only:
-        idle = trio.run(idle_actor_rss, ns.idle_only, ns.breakdown)
+        with tempfile.TemporaryDirectory() as idle_dir:
+            idle = trio.run(idle_actor_rss, ns.idle_only, ns.breakdown, ns.idle_store,
+                            idle_dir)
         if ns.json or not ns.breakdown:
             print(json.dumps(idle))
         else:

@@ -51,6 +51,7 @@ from ._results import LoopDisposition as LoopDisposition
 from ._results import LoopResult as LoopResult
 from ._results import WaitingCall as WaitingCall
 from ._runtime import ActorRuntime as ActorRuntime
+from ._runtime import DriveTicket as DriveTicket
 from ._runtime import RunHandle as RunHandle
 from ._settings import DispatchPolicy as DispatchPolicy
 from ._settings import Settings as Settings
@@ -68,6 +69,7 @@ __all__ = [
     "MODEL_STEP_LIMIT", "TOOL_LOOKUP_LIMIT", "MailboxStatistics", "Decision",
     "MissingPolicy", "Reconciler", "Verdict", "assignment_from_target",
     "recover_interrupted", "LoopDisposition", "LoopResult", "RunHandle", "ActorRuntime",
+    "DriveTicket",
     "DispatchPolicy", "Settings", "TargetRequest", "Created", "PromptBuilder",
     "RuntimeStore", "ScopeWriter", "Answer", "WaitingCall", "AWAITING_APPROVAL",
     "AWAITING_RESPONSE", "AWAITING_APPROVAL_OR_RESPONSE",

@@ -1,10 +1,16 @@
-"""RunActor: one trio task that owns one Run's loop operations (spec §5.1, §5.9).
+"""RunActor: the single owner of one Run's loop operations (spec §5.1, §5.9).
 
 The actor serves one message at a time. Driver operations (drive, advance) are exclusive
 per Run; settlement operations (deliver, redispatch) queue in the bounded mailbox and are
 served in order, also while a drive waits for Outcomes. The actor leaves the registry the
 moment it is idle, with no checkpoint between the emptiness check and the removal
 (INV-43).
+
+A drive that waits for Outcomes with nothing queued *parks* (RUN-ACT-9): the actor's
+task ends, the actor stays registered (the Run's one owner) holding only the drive's
+small state (:class:`_Drive`) and its Watcher registrations, and the next message put in
+its mailbox — an Outcome, a request, a cancel — starts the task again, which continues
+the drive and takes the messages in mailbox order.
 """
 
 from __future__ import annotations
@@ -97,13 +103,15 @@ POKE = _Poke()
 
 @attrs.frozen
 class ActorStatistics:
-    """Frozen snapshot of an actor: mailbox use, operations, keys in flight."""
+    """Frozen snapshot of an actor: mailbox use, operations, keys in flight, and whether
+    it is parked (its drive waits for Outcomes with no task of its own; RUN-ACT-9)."""
 
     run_id: str
     mailbox: MailboxStatistics
     operations: int
     driving: bool
     keys_in_flight: int
+    parked: bool = False
 
 
 #: ``RunActor.in_flight`` while nothing is in flight (shared, never mutated).
@@ -113,7 +121,7 @@ _NOTHING_IN_FLIGHT: dict[Any, Any] = {}
 class RunActor:
     """The single owner of one Run's loop operations inside a ActorRuntime."""
 
-    __slots__ = ("driver", "in_flight", "mailbox", "operations", "run_id", "runtime")
+    __slots__ = ("driver", "in_flight", "mailbox", "operations", "parked", "run_id", "runtime")
 
     def __init__(self, runtime: ActorRuntime, run_id: str, mailbox_size: int) -> None:
         self.runtime = runtime
@@ -122,10 +130,13 @@ class RunActor:
         self.operations = 0  # requests queued or in progress
         self.driver: Request | None = None
         self.in_flight: dict[Any, Any] = _NOTHING_IN_FLIGHT
+        #: The drive's state while the actor is parked (no task; RUN-ACT-9), else None.
+        self.parked: _Drive | None = None
 
     def statistics(self) -> ActorStatistics:
         return ActorStatistics(self.run_id, self.mailbox.statistics(), self.operations,
-                               self.driver is not None, len(self.in_flight))
+                               self.driver is not None, len(self.in_flight),
+                               self.parked is not None)
 
     # -- lifetime --------------------------------------------------------------------------
 
@@ -145,19 +156,62 @@ class RunActor:
         return False
 
     async def main(self) -> None:
+        """The actor's task: serve messages until idle (retire) or parked (§4.10,
+        RUN-ACT-9). A parked drive is continued first when the task starts again."""
+        parked = False
         try:
             while True:
+                drive = self.parked
+                if drive is not None:
+                    self.parked = None
+                    parked = await self._drive_op(drive)
+                    if parked:
+                        return
+                    continue
                 if self._retire_if_idle():
                     return
                 message = await self.mailbox.get()
                 if isinstance(message, Request):
-                    await self._serve(message)
+                    parked = await self._serve(message)
+                    if parked:
+                        return
                 # internal messages outside a drive are stale: nothing waits for them
         finally:
-            if self.runtime._actors.get(self.run_id) is self:
-                del self.runtime._actors[self.run_id]
-            self.mailbox.close()  # senders waiting for room raise RuntimeClosedError
-            self._fail_queued()
+            if parked:
+                # the drive waits and nothing is queued: no task until a message arrives
+                self.mailbox.sleeper = self
+            else:
+                if self.runtime._actors.get(self.run_id) is self:
+                    del self.runtime._actors[self.run_id]
+                self.mailbox.close()  # senders waiting for room raise RuntimeClosedError
+                self._fail_queued()
+
+    def wake(self) -> None:
+        """A message arrived for a parked actor: start its task again (the Mailbox calls
+        this once per park; not a checkpoint). Does nothing while the runtime closes:
+        ``close_parked`` answers the parked drive then."""
+        rt = self.runtime
+        if rt._nursery is None or rt._closed or self.parked is None:
+            return
+        rt._nursery.start_soon(self.main, name=f"run-actor:{self.run_id}")
+
+    def close_parked(self) -> None:
+        """The runtime closes while this actor is parked: answer its drive (and anything
+        queued) with RuntimeClosedError, drop its registrations, leave the registry
+        (RUN-ACT-3). Synchronous, not a checkpoint."""
+        drive, self.parked = self.parked, None
+        self.mailbox.sleeper = None
+        if drive is None:
+            return
+        self._end_drive(drive)
+        request = drive.request
+        request.error = RuntimeClosedError("the runtime closed during the request",
+                                           run_id=self.run_id)
+        self._answered(request)
+        if self.runtime._actors.get(self.run_id) is self:
+            del self.runtime._actors[self.run_id]
+        self.mailbox.close()
+        self._fail_queued()
 
     def _fail_queued(self) -> None:
         """Answer every queued request with RuntimeClosedError (RUN-ACT-3)."""
@@ -188,12 +242,13 @@ class RunActor:
     async def _started_tool_calls(self) -> int:
         return count_started(await self.runtime.writer.run_facts(self.run_id))
 
-    async def _serve(self, request: Request) -> None:
+    async def _serve(self, request: Request) -> bool:
+        """Serve *request*; True when it is a drive that parked (not answered yet)."""
+        if request.kind == "drive":
+            return await self._drive_op(_Drive(request))
         try:
             ctx = self.context(request)
-            if request.kind == "drive":
-                request.value = await self._drive(request, ctx)
-            elif request.kind == "advance":
+            if request.kind == "advance":
                 request.value = await self._advance(request, ctx)
             elif request.kind == "deliver":
                 request.value = await ctx.deliver(request.outcome)
@@ -211,10 +266,37 @@ class RunActor:
         except Exception as exc:
             request.error = exc
         finally:
-            self.operations -= 1
-            if self.driver is request:
-                self.driver = None
-            request.done.set()
+            self._answered(request)
+        return False
+
+    async def _drive_op(self, drive: _Drive) -> bool:
+        """Run (or continue) *drive* until it finishes — its request answered — or parks:
+        True, the request still open, ``self.parked`` holding the drive's state."""
+        request = drive.request
+        parked = False
+        try:
+            result = await self._drive(drive, self.context(request))
+            if result is None:
+                parked = True
+                self.parked = drive
+            else:
+                request.value = result
+        except trio.Cancelled:
+            request.error = RuntimeClosedError("the runtime closed during the request",
+                                               run_id=self.run_id)
+            raise
+        except Exception as exc:
+            request.error = exc
+        finally:
+            if not parked:
+                self._answered(request)
+        return parked
+
+    def _answered(self, request: Request) -> None:
+        self.operations -= 1
+        if self.driver is request:
+            self.driver = None
+        request.done.set()
 
     def run_cancelled(self) -> None:
         """Tell a drive in progress that CancelRun is durable (not a checkpoint)."""
@@ -303,40 +385,60 @@ class RunActor:
             self.operations -= 1
             message.done.set()
 
-    def _watch_all(self, keys: Any, pending: dict[Any, Any],
-                   relays: list[trio.CancelScope], ctx: LoopContext) -> None:
+    def _watch_all(self, keys: Any, pending: dict[Any, Any], d: _Drive,
+                   ctx: LoopContext) -> None:
         """Watch each of *keys* (dispatched effects) and relay its progress."""
         for key in keys:
             pending[key] = self._watch(key)
             relay = self._relay_progress(key, ctx)
             if relay is not None:
-                relays.append(relay)
+                d.relays = (*d.relays, relay)
 
-    async def _drive(self, request: Request, ctx: LoopContext) -> LoopResult:
-        """The drive loop of §5.9: advance, watch, settle, until nothing more can happen."""
-        pending: dict[Any, Any] = {}
-        relays: list[trio.CancelScope] = []
-        self.in_flight = pending
-        cancelled = False
-        fenced: OwnershipLostError | None = None
-        deferred: Exception | None = None
-        stop_at: float | None = None  # CancelRun is durable: stop waiting at this time
+    def _may_park(self, drive: _Drive) -> bool:
+        """A drive parks only while it waits for Outcomes with nothing queued, no
+        CancelRun deadline running, and the runtime open."""
+        rt = self.runtime
+        return (drive.stop_at is None and self.mailbox.empty() and not rt._closed
+                and rt._nursery is not None)
+
+    def _end_drive(self, drive: _Drive) -> None:
+        """Drop what a finished (or abandoned) drive still holds."""
+        for registration in self.in_flight.values():
+            registration.cancel()
+        for relay in drive.relays:
+            relay.cancel()
+        drive.relays = ()
+        self.in_flight = _NOTHING_IN_FLIGHT
+
+    async def _drive(self, d: _Drive, ctx: LoopContext) -> LoopResult | None:
+        """The drive loop of §5.9: advance, watch, settle, until nothing more can happen.
+
+        Returns None when the drive parks (RUN-ACT-9): it waits for Outcomes, nothing is
+        queued, and its state is all in *d* and ``self.in_flight``; :meth:`main` ends the
+        task and the next message starts it again, continuing here.
+        """
+        request = d.request
+        if d.fresh:
+            d.fresh = False
+            self.in_flight = {}
+        pending = self.in_flight
+        parking = False
         try:
             while True:
-                if request.cancelled and not cancelled:
-                    cancelled = True
+                if request.cancelled and not d.cancelled:
+                    d.cancelled = True
                     await self._cancel_at_executor(pending)
                 if not pending:
-                    if fenced is not None:
-                        raise fenced
-                    if deferred is not None:
-                        raise deferred
-                    if cancelled:
+                    if d.fenced is not None:
+                        raise d.fenced
+                    if d.deferred is not None:
+                        raise d.deferred
+                    if d.cancelled:
                         raise DriveCancelledError("the drive was cancelled", run_id=self.run_id)
                     try:
                         result = await ctx.advance(request.builder)
                     except DispatchUnknownError as exc:  # D-4
-                        deferred = exc
+                        d.deferred = exc
                         keys = tuple(getattr(exc, "dispatched", ()))
                     except OwnershipLostError:
                         # fenced mid-batch: what already started is cancelled, never settled
@@ -347,20 +449,23 @@ class RunActor:
                         keys = ctx.take_in_batch()
                         if not keys:
                             raise
-                        deferred = exc
+                        d.deferred = exc
                     else:
                         if result.disposition is not LoopDisposition.DISPATCHED:
                             if request.cancelled:
                                 continue
                             return result
                         keys = result.dispatched
-                    self._watch_all(keys, pending, relays, ctx)
+                    self._watch_all(keys, pending, d, ctx)
                     continue
-                if stop_at is None:
+                if d.stop_at is None:
+                    if self._may_park(d):
+                        parking = True  # keep the registrations and relays
+                        return None
                     message = await self.mailbox.get()
                 else:
                     message = None
-                    with trio.move_on_at(stop_at):
+                    with trio.move_on_at(d.stop_at):
                         message = await self.mailbox.get()
                     if message is None:
                         # The Run is over (CancelRun) and the executor did not answer
@@ -370,56 +475,74 @@ class RunActor:
                         pending.clear()
                         continue
                 if isinstance(message, _RunCancelled):
-                    if stop_at is None:
-                        stop_at = trio.current_time() + ctx.settings.drain_timeout
+                    if d.stop_at is None:
+                        d.stop_at = trio.current_time() + ctx.settings.drain_timeout
                     await self._cancel_at_executor(pending)
                 elif isinstance(message, _OutcomeArrived):
                     if message.key not in pending:
                         continue
                     del pending[message.key]
-                    if fenced is not None:
+                    if d.fenced is not None:
                         continue  # drain without settling
                     # RUN-LOP-11: when the drive would advance right after this settlement
                     # (nothing else in flight), deliver fuses it with advance's next
                     # commits and dispatches what they started (errors as advance's)
-                    fuse = (ctx.settings.fused_commits and not pending and deferred is None
-                            and not request.cancelled and stop_at is None)
+                    fuse = (ctx.settings.fused_commits and not pending and d.deferred is None
+                            and not request.cancelled and d.stop_at is None)
                     try:
                         result = await ctx.deliver(
                             message.outcome, request.builder if fuse else None)
                     except OwnershipLostError as exc:
-                        fenced = exc
+                        d.fenced = exc
                         await self._cancel_at_executor([*pending, *ctx.take_in_batch()])
                         continue
                     except DispatchUnknownError as exc:  # D-4 (fused starts)
-                        deferred = exc
-                        self._watch_all(getattr(exc, "dispatched", ()), pending, relays, ctx)
+                        d.deferred = exc
+                        self._watch_all(getattr(exc, "dispatched", ()), pending, d, ctx)
                         continue
                     except Exception as exc:
                         keys = ctx.take_in_batch()
                         if not keys:
                             raise
-                        deferred = exc  # interrupted fused starts: settle them, then raise
-                        self._watch_all(keys, pending, relays, ctx)
+                        d.deferred = exc  # interrupted fused starts: settle them, then raise
+                        self._watch_all(keys, pending, d, ctx)
                         continue
                     if result.disposition is LoopDisposition.FINISHED:
                         return result
-                    self._watch_all(result.dispatched, pending, relays, ctx)
+                    self._watch_all(result.dispatched, pending, d, ctx)
                 elif isinstance(message, _ReadFailed):
                     if message.key not in pending:
                         continue
-                    if fenced is not None:
+                    if d.fenced is not None:
                         del pending[message.key]
                         continue
                     raise message.error
                 elif isinstance(message, Request):
                     await self._serve_during_drive(message)
         finally:
-            for registration in pending.values():
-                registration.cancel()
-            for relay in relays:
-                relay.cancel()
-            self.in_flight = _NOTHING_IN_FLIGHT
+            if not parking:
+                self._end_drive(d)
+
+
+class _Drive:
+    """The state of one drive between messages (RUN-ACT-9): all a parked drive keeps.
+
+    The keys it waits for are the actor's ``in_flight`` (key → Watcher registration);
+    ``relays`` the cancel scopes of its progress relays; ``fenced`` / ``deferred`` the
+    error to raise once nothing is in flight; ``stop_at`` the trio time CancelRun's
+    drain ends (a drive never parks while it runs).
+    """
+
+    __slots__ = ("cancelled", "deferred", "fenced", "fresh", "relays", "request", "stop_at")
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.fresh = True
+        self.cancelled = False
+        self.fenced: OwnershipLostError | None = None
+        self.deferred: Exception | None = None
+        self.stop_at: float | None = None
+        self.relays: tuple[trio.CancelScope, ...] = ()
 
 
 async def _relay(executor: Any, key: Any, sink: EventSink, session: str,

@@ -66,7 +66,7 @@ from ._results import (
     LoopResult,
     WaitingCall,
 )
-from ._runtime import ActorRuntime
+from ._runtime import ActorRuntime, DriveTicket
 from ._settings import Settings
 
 __all__ = [
@@ -508,6 +508,19 @@ class Runtime:
         handle = self.runtime.run(run_id, settings=settings)
         result = await handle.drive(builder or self.builder, sink=sink)
         return await self._complete(run_id, result)
+
+    async def start_drive(self, run_id: RunID, *, builder: PromptBuilder | None = None,
+                          settings: Settings | None = None,
+                          sink: EventSink | None = None) -> DriveTicket:
+        """Start driving *run_id* and return at once with the drive's
+        :class:`DriveTicket` (``RunHandle.start_drive``; RUN-ACT-9): no task of the
+        caller's waits for it, so many Runs can wait for long calls at the cost of their
+        parked actors only. ``await ticket.wait()`` gives the LoopResult :meth:`drive`
+        would return before its answer/waiting details (read them with :meth:`answer`,
+        :meth:`waiting`). Raises RunAlreadyRunningError, RuntimeClosedError.
+        """
+        handle = self.runtime.run(run_id, settings=settings)
+        return await handle.start_drive(builder or self.builder, sink=sink)
 
     async def _complete(self, run_id: RunID, result: LoopResult) -> LoopResult:
         if result.disposition is LoopDisposition.FINISHED:

@@ -99,10 +99,11 @@ class Mailbox:
 
     Built for many parked actors: the queues exist only while they hold messages, the
     receiver parks without a ParkingLot, and senders' ParkingLot appears only when one
-    has to wait for room.
+    has to wait for room. While no task receives, ``sleeper.wake()`` is called for the
+    first message that arrives (a parked actor starts its task again: RUN-ACT-9).
     """
 
-    __slots__ = ("_closed", "_external", "_internal", "_receiver", "_room", "size")
+    __slots__ = ("_closed", "_external", "_internal", "_receiver", "_room", "size", "sleeper")
 
     def __init__(self, size: int) -> None:
         if size < 1:
@@ -113,6 +114,9 @@ class Mailbox:
         self._room: trio.lowlevel.ParkingLot | None = None  # senders waiting for room
         self._receiver: trio.lowlevel.Task | None = None  # the receiver, while parked
         self._closed = False
+        #: The owner to ``wake()`` when a message arrives while no task receives (a
+        #: parked actor, RUN-ACT-9); called once, then cleared.
+        self.sleeper: Any = None
 
     def close(self) -> None:
         """No request is taken from now on: every sender waiting for room (and every
@@ -180,6 +184,11 @@ class Mailbox:
         if task is not None:
             self._receiver = None
             trio.lowlevel.reschedule(task)
+            return
+        sleeper = self.sleeper
+        if sleeper is not None:
+            self.sleeper = None
+            sleeper.wake()
 
     def get_nowait(self) -> Any:
         """The next message or None; never blocks, not a checkpoint."""

@@ -347,12 +347,14 @@ class Reconciler:
 
         Start it in a nursery you own, after :func:`recover_interrupted`:
         ``nursery.start_soon(rec.watch, run_store, ...)`` or ``await
-        nursery.start(rec.watch, ...)`` (started once every key has its task). It takes
+        nursery.start(rec.watch, ...)`` (started once every key is watched). It takes
         the kept decisions (a second call watches only keys kept since) and returns when
         each of them is finished:
 
         * KEEP / DEFER / REDISPATCH: wait for the key through the Watcher (whose orphan
           probe asks a Recoverer to adopt an orphaned key) and ``await on_outcome(outcome)``.
+          A key waits as a Watcher registration, with no task of its own until its
+          Outcome (or read error) arrives (RUN-ACT-9).
         * DEFER with ``retry`` (an owed redispatch): after ``requeue_after`` seconds of
           trio time, re-load the Run, re-attach and re-plan the target: the owed attempt
           is offered again through ``redispatch``; when dispatched (or found active,
@@ -384,10 +386,15 @@ class Reconciler:
         decisions = tuple(self._unwatched.values())
         self._unwatched.clear()
         async with trio.open_nursery() as nursery:
+            kept = _Kept(self, nursery, ports)
             for decision in decisions:
-                nursery.start_soon(self._follow, store, decision, ports,
-                                   name=f"runx-reconcile {decision.target.effect}")
+                if decision.retry:
+                    nursery.start_soon(self._follow, store, decision, ports,
+                                       name=f"runx-reconcile {decision.target.effect}")
+                else:  # a plain wait: a Watcher registration, no task until it ends
+                    kept.watch(decision.key(store.scope))
             task_status.started()
+            await kept.wait()
 
     async def _follow(self, store: Any, decision: Decision, ports: _Ports) -> None:
         """Re-plan *decision* while a redispatch is owed, then dispose of it or wait."""
@@ -437,6 +444,12 @@ class Reconciler:
             return
         except trio.ClosedResourceError:
             return  # the Watcher closed: the runtime is leaving
+        await self._deliver(outcome, ports)
+
+    async def _deliver(self, outcome: Any, ports: _Ports) -> None:
+        """``await on_outcome(outcome)``; OwnershipLostError is raised, a closing runtime
+        ends quietly, any other error is logged (the target stays EXECUTING)."""
+        key = outcome.key
         try:
             await ports.on_outcome(outcome)
         except OwnershipLostError:
@@ -453,6 +466,59 @@ class Reconciler:
             raise
         except Exception:
             _log.exception("on_fail for %r failed (error %r)", key, error)
+
+
+class _Kept:
+    """The keys :meth:`Reconciler.watch` waits for without a task each: a Watcher
+    registration per key; a task is started only to settle (or report) the Outcome."""
+
+    __slots__ = ("_idle", "_nursery", "_outstanding", "_ports", "_reconciler")
+
+    def __init__(self, reconciler: Reconciler, nursery: trio.Nursery, ports: _Ports) -> None:
+        self._reconciler = reconciler
+        self._nursery = nursery
+        self._ports = ports
+        self._outstanding = 0
+        self._idle = trio.Event()
+
+    def watch(self, key: Any) -> None:
+        try:
+            self._ports.watcher.watch(key, deliver=self._deliver, fail=self._fail)
+        except trio.ClosedResourceError:
+            return  # the Watcher closed: the runtime is leaving
+        self._outstanding += 1
+
+    def _deliver(self, outcome: Any) -> None:
+        self._nursery.start_soon(self._settle, outcome, name="runx-reconcile-settle")
+
+    def _fail(self, key: Any, error: Exception) -> None:
+        self._nursery.start_soon(self._report, key, error, name="runx-reconcile-report")
+
+    async def _settle(self, outcome: Any) -> None:
+        try:
+            await self._reconciler._deliver(outcome, self._ports)
+        finally:
+            self._one_done()
+
+    async def _report(self, key: Any, error: Exception) -> None:
+        try:
+            await self._reconciler._report(self._ports, key, error)
+        finally:
+            self._one_done()
+
+    def _one_done(self) -> None:
+        self._outstanding -= 1
+        if self._outstanding <= 0:
+            self._idle.set()
+
+    async def wait(self) -> None:
+        """Return when every key was settled or reported, or the Watcher closed (its
+        registrations are then dropped without a callback). Checkpoint."""
+        watcher = self._ports.watcher
+        while self._outstanding > 0 and not getattr(watcher, "closed", False):
+            with trio.move_on_after(self._reconciler.requeue_after):
+                await self._idle.wait()
+        await trio.lowlevel.checkpoint()
 
 
 async def recover_interrupted(writer: Any, reconciler: Reconciler) -> int:

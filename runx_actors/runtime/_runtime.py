@@ -30,7 +30,7 @@ from ._gate import DispatchGate
 from ._results import LoopResult
 from ._settings import Settings
 
-__all__ = ["ActorRuntime", "RunHandle"]
+__all__ = ["ActorRuntime", "DriveTicket", "RunHandle"]
 
 
 def _unmasked(cancelled: trio.Cancelled, request: Request) -> BaseException:
@@ -114,6 +114,8 @@ class ActorRuntime:
                         exc: BaseException | None, tb: TracebackType | None) -> bool | None:
         assert self._stack is not None and self._nursery is not None
         self._closed = True  # no new actor from here on (requests get RuntimeClosedError)
+        for actor in [a for a in self._actors.values() if a.parked is not None]:
+            actor.close_parked()  # no task to cancel: answer its drive here (RUN-ACT-3)
         self._nursery.cancel_scope.cancel()
         self.hub.close()
         try:
@@ -294,6 +296,22 @@ class RunHandle:
             raise error from None
         return self._reply(request)  # type: ignore[no-any-return]
 
+    async def start_drive(self, builder: Any, *, sink: EventSink | None = None
+                          ) -> DriveTicket:
+        """Queue a drive of the Run and return at once with its :class:`DriveTicket`;
+        nobody has to wait for it, so a Run whose drive waits for Outcomes holds no task
+        of the caller's (RUN-ACT-9). The drive behaves as :meth:`drive`'s.
+
+        Checkpoint: always (it may wait for room in the mailbox). Cancellation: while
+        waiting for room nothing is queued; once the ticket is returned the drive runs
+        on, whatever happens to the caller (stop it with ``ticket.cancel()``).
+        Raises: RunAlreadyRunningError (another drive/advance is in progress),
+        RuntimeClosedError (the runtime is closed or closing).
+        """
+        request = Request("drive", self.settings, sink=sink, builder=builder)
+        await self._enqueue(request, driver=True)
+        return DriveTicket._create(self._runtime, self.run_id, request)
+
     async def advance(self, builder: Any, *, sink: EventSink | None = None) -> LoopResult:
         """Do what can be done now without waiting for an effect (§5.5).
 
@@ -365,4 +383,63 @@ class RunHandle:
         if actor is not None and actor.driver is not None:
             actor.driver.cancelled = True
             actor.driver.by_cancel_drive = True
+            actor.mailbox.put_internal_nowait(POKE)
+
+
+class DriveTicket:
+    """A drive started by :meth:`RunHandle.start_drive` (RUN-ACT-9): holds its request
+    and, once answered, its result or error. Holding a ticket costs no task."""
+
+    __slots__ = ("_request", "_runtime", "run_id")
+
+    def __init__(self, *_: Any, **__: Any) -> None:
+        raise TypeError("DriveTicket is obtained from RunHandle.start_drive()")
+
+    _request: Request
+    _runtime: ActorRuntime
+    run_id: str
+
+    @classmethod
+    def _create(cls, runtime: ActorRuntime, run_id: str, request: Request) -> DriveTicket:
+        self = object.__new__(cls)
+        self._runtime = runtime
+        self.run_id = run_id
+        self._request = request
+        return self
+
+    @property
+    def done(self) -> bool:
+        """True once the drive ended (result or error). Not a checkpoint."""
+        return self._request.done.is_set()
+
+    def result(self) -> LoopResult:
+        """The drive's LoopResult (FINISHED or WAITING), or raise its error (as
+        :meth:`RunHandle.drive` would). Not a checkpoint.
+
+        Raises: trio.WouldBlock while the drive is still in progress; else what
+        :meth:`RunHandle.drive` raises.
+        """
+        if not self._request.done.is_set():
+            raise trio.WouldBlock("the drive is still in progress")
+        return RunHandle._reply(self._request)  # type: ignore[no-any-return]
+
+    async def wait(self) -> LoopResult:
+        """Wait for the drive to end and return :meth:`result`. Checkpoint: always.
+
+        Cancellation: only the waiting stops; the drive goes on (``cancel()`` stops it).
+        """
+        await self._request.done.wait()
+        return self.result()
+
+    def cancel(self) -> None:
+        """Stop this drive (it ends with DriveCancelledError, like
+        :meth:`RunHandle.cancel_drive`); nothing if it already ended. Synchronous, not a
+        checkpoint."""
+        request = self._request
+        if request.done.is_set():
+            return
+        request.cancelled = True
+        request.by_cancel_drive = True
+        actor = self._runtime._actors.get(self.run_id)
+        if actor is not None:
             actor.mailbox.put_internal_nowait(POKE)

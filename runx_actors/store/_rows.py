@@ -374,6 +374,8 @@ def _from_cache(
     state = decode_state(data)
     if state is None or state.run_id != run_id:
         return None
+    if position == head:
+        return state  # cached at the head (a clean close): no tail to read
     tail = run_facts(conn, scope, run_id, start=position + 1)
     if len(tail) != head - position:
         return None

@@ -42,7 +42,7 @@ from .base import ForeignEvent, check_foreign, run_stream
 __all__ = [
     "WriterState", "Job", "CommitJob", "BatchJob", "CreateJob", "AppendJob", "OpenJob",
     "PutJob",
-    "GroupTx", "Plan", "Change",
+    "GroupTx", "Plan", "Change", "CheckpointJob",
 ]
 
 T = TypeVar("T")
@@ -566,3 +566,24 @@ class PutJob(Job[None]):
         plan = Plan()
         plan.frozen[self.digest] = self.data
         return None, plan
+
+
+class CheckpointJob(Job[int]):
+    """Cache every active Run's snapshot at its head (RUN-CMT-2: the cache is
+    disposable, so any position is valid): run when a writer closes cleanly, so the next
+    open loads one cache row per Run and folds no log tail. Answers the number of
+    entries written; raises OwnershipLostError (nothing written) once fenced."""
+
+    alone = True
+
+    def __init__(self, ws: WriterState) -> None:
+        super().__init__()
+        self.ws = ws
+
+    def run(self, tx: GroupTx) -> tuple[int, Plan]:
+        ws = self.ws
+        log.check_epoch(tx.conn, ws.scope, ws.epoch)
+        plan = Plan()
+        for run_id, snap in ws.copy().items():
+            plan.cache[(ws.scope, run_id)] = snap
+        return len(plan.cache), plan

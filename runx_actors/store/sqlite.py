@@ -27,6 +27,7 @@ replays.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -40,6 +41,7 @@ from ..protocol.errors import ValidationError
 from ..protocol.values import AgentInput, Digest, NewRun, Scope
 from . import _sqlite_log as log
 from ._facade import SqlFrozenStore, SqlReader, SqlRunStore, SqlStoreBase, SqlWriter
+from ._sqlite_jobs import CheckpointJob
 from ._sqlite_schema import (
     DEFAULT_BUSY_TIMEOUT,
     SQLITE_ERRORS,
@@ -64,6 +66,8 @@ from ._sqlite_writer import (
     WriterThread,
 )
 from .base import ForeignEvent
+
+_logger = logging.getLogger("runx_actors.store.sqlite")
 
 __all__ = [
     "open_sqlite_store", "SqliteStore", "SqliteWriter", "SqliteReader", "SqliteRunStore",
@@ -324,6 +328,23 @@ class SqliteWriter(SqliteReader, SqlWriter["SqliteStore"]):
 
     def run_store(self) -> SqliteRunStore:
         return self._run_store
+
+    async def aclose(self) -> None:
+        """Checkpoint the projection: cache every active Run's snapshot at its head, in
+        one transaction, so the next ``open`` of the scope loads one cache row per Run
+        and folds no log tail (RUN-CMT-2; the cache is disposable, a crash only costs
+        the fold). Nothing is written once another writer took the scope or the store
+        is closed. Checkpoint. Runs shielded (at most 30 s). Raises nothing: a failed
+        checkpoint is logged and costs the next open the tail fold.
+        """
+        store = self._store
+        with trio.CancelScope(shield=True), trio.move_on_after(30.0):
+            try:
+                if not store._closed and store._live.get(self.scope) is self._ws:
+                    await store._submit(CheckpointJob(self._ws))
+            except Exception as exc:  # the cache is disposable (RUN-CMT-2)
+                _logger.info("projection checkpoint of scope %r skipped: %r", self.scope, exc)
+        await trio.lowlevel.checkpoint()
 
 
 class SqliteRunStore(SqlRunStore[SqliteWriter]):
