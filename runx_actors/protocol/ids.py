@@ -74,7 +74,13 @@ def _part(value: str | int) -> bytes:
     return str(len(data)).encode("ascii") + b":" + data
 
 
-@functools.lru_cache(maxsize=65536)
+#: Derived ids kept by :func:`derive`'s cache: enough for the Runs a process advances at
+#: once (a hit saves one SHA-256); each entry costs ~350 bytes, so a cache sized for
+#: every Run would cost more per waiting Run than the Run itself (issue 11).
+DERIVE_CACHE_SIZE = 4096
+
+
+@functools.lru_cache(maxsize=DERIVE_CACHE_SIZE)
 def derive(namespace: str, *parts: str | int) -> str:
     """Return ``namespaced_hash(namespace, *parts)`` as 64 lowercase hex characters (§3.2).
 

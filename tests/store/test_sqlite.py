@@ -469,3 +469,32 @@ async def test_known_frozen_body_is_not_written_again(tmp_path: Path) -> None:
             store._writer._conn.set_trace_callback(None)
         assert not any("frozen" in s for s in statements), statements
         assert await store.frozen.get(digest) == body
+
+
+async def test_clean_close_caches_every_active_run_at_its_head(tmp_path: Path) -> None:
+    """RUN-CMT-2: closing a writer that still owns its scope caches every active Run at
+    its head (one row each, so the next open folds no tail); the reopened projection is
+    the same; a fenced writer's close writes nothing."""
+    path = tmp_path / "s.sqlite3"
+    async with open_sqlite_store(path) as store:
+        w = await store.open(SCOPE)
+        await _create(w, "open", "in-1")
+        await _create(w, "mid", "in-1")
+        snap = await w.run_store().load("mid")
+        await _commit(w, "mid", b.prepare(snap.state, snap.position))
+        await _commit(w, "mid", b.start_model((await w.run_store().load("mid")).state))
+        before = await store.cached_projection(SCOPE)
+        assert before["mid"].position < (await w.run_store().load("mid")).position
+        expected = w.projection()
+        await w.aclose()
+        cached = await store.cached_projection(SCOPE)
+        assert cached == expected  # every active Run, at its head
+    async with open_sqlite_store(path) as store:
+        w2 = await store.open(SCOPE)
+        assert w2.projection() == expected
+        w3 = await store.open(SCOPE)  # fences w2
+        transactions = store.statistics().transactions
+        await w2.aclose()  # fenced: no checkpoint transaction at all
+        assert store.statistics().transactions == transactions
+        await w3.aclose()
+        assert store.statistics().transactions == transactions + 1
