@@ -341,6 +341,11 @@ async def resume_time(n: int, workdir: str) -> dict[str, Any]:
                     await rt.start_drive(f"run-{i}")
                 while _parked(rt) < min(n, first + batch):
                     await trio.sleep(0.005)
+            # quiescent: every drive parked on its (blocked) tool call, none on a model
+            # step whose Outcome is still on its way
+            await trio.testing.wait_all_tasks_blocked()
+            while _parked(rt) < n:
+                await trio.sleep(0.005)
         gc.collect()
         start = time.perf_counter()
         async with open_sqlite_store(path) as store, \
