@@ -286,8 +286,13 @@ async def idle_actor_rss(n: int, breakdown: bool = False, store_kind: str = "mem
             while _parked(rt) < min(n, first + batch):
                 await trio.sleep(0.005)
         # read the settled state — every drive parked on its tool call — not a
-        # moment when some model calls or Watcher reads are still in flight
-        await trio.testing.wait_all_tasks_blocked()
+        # moment when some model calls, commits or Watcher reads are still in flight
+        # (a task waiting for the SQLite writer thread counts as blocked: check both)
+        while True:
+            await trio.testing.wait_all_tasks_blocked()
+            if _parked(rt) == n:
+                break
+            await trio.sleep(0.005)
         model.calls.clear()
         gc.collect()
         after = _rss_bytes()
