@@ -16,7 +16,8 @@ transaction, each command under its own derived id) before dispatching what it s
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import attrs
 import trio
@@ -124,6 +125,7 @@ class _Reload:
 
 
 RELOAD = _Reload()
+_T = TypeVar("_T")
 _RETRIABLE = (StaleRuntimeError, CommandConflictError, RunTerminalError)
 
 
@@ -166,6 +168,28 @@ class _Settling:
             raise SettleTooSlow("a start barrier or settlement exceeded settle_timeout "
                                 f"({self._timeout:g} s)") from None
         return handled
+
+
+async def _replaying_once(attempt: Callable[[], Awaitable[_T]]) -> _T | None:
+    """Run the commit *attempt*; None means "retriable: reload" (§4.4, RUN-LOP-5).
+
+    An unknown error runs the same attempt (same ids, same bases) once more — the applied
+    part answers ALREADY_APPLIED; OwnershipLostError and RunNotFoundError are raised,
+    never replayed; a retriable refusal (``_RETRIABLE``) is None.
+    """
+    try:
+        return await attempt()
+    except (OwnershipLostError, RunNotFoundError):
+        raise
+    except _RETRIABLE:
+        return None
+    except Exception:
+        try:
+            return await attempt()
+        except (OwnershipLostError, RunNotFoundError):
+            raise
+        except _RETRIABLE:
+            return None
 
 
 @attrs.define
@@ -221,19 +245,9 @@ class LoopContext:
         and RunNotFoundError are raised, never replayed (RUN-LOP-5).
         """
         request = CommitRequest(base, envelope(self.run_id, command_id, command))
-        try:
-            result = await self.store.commit(request)
-        except (OwnershipLostError, RunNotFoundError):
-            raise
-        except _RETRIABLE:
+        result = await _replaying_once(lambda: self.store.commit(request))
+        if result is None:
             return None
-        except Exception:
-            try:
-                result = await self.store.commit(request)
-            except (OwnershipLostError, RunNotFoundError):
-                raise
-            except _RETRIABLE:
-                return None
         self.emit(EventKind.AGENT_COMMITTED, committed=result.facts, command_id=command_id)
         return result  # type: ignore[no-any-return]
 
@@ -252,19 +266,9 @@ class LoopContext:
         never replayed (RUN-LOP-5); any other refusal is raised after the prefix's events.
         """
         requests = tuple(chain.requests)
-        try:
-            batch = await commit_batch(self.store, requests)
-        except (OwnershipLostError, RunNotFoundError):
-            raise
-        except _RETRIABLE:
+        batch = await _replaying_once(lambda: commit_batch(self.store, requests))
+        if batch is None:
             return ()
-        except Exception:
-            try:
-                batch = await commit_batch(self.store, requests)
-            except (OwnershipLostError, RunNotFoundError):
-                raise
-            except _RETRIABLE:
-                return ()
         results = tuple(batch.results)
         for request, result in zip(requests, results, strict=False):
             self.emit(EventKind.AGENT_COMMITTED, committed=result.facts,
