@@ -306,7 +306,15 @@ def rebuild_projection(conn: Conn, scope: Scope) -> dict[RunID, Snapshot]:
         "WHERE r.scope = %s AND r.active",
         (scope,),
     ).fetchall()
-    return shared.rebuild_projection(run_facts, conn, scope, rows)
+    orphan = conn.execute(
+        "SELECT r.run_id, e.idx FROM runs AS r "
+        "JOIN events AS e ON e.scope = r.scope AND e.stream = 'run/' || r.run_id "
+        "LEFT JOIN commits AS c ON c.seq = e.commit_seq "
+        "WHERE r.scope = %s AND r.active AND c.seq IS NULL ORDER BY r.run_id, e.idx LIMIT 1",
+        (scope,),
+    ).fetchone()
+    return shared.rebuild_projection(run_facts, conn, scope, rows,
+                                     None if orphan is None else (orphan[0], orphan[1]))
 
 
 # -- frozen bodies and foreign streams -------------------------------------------------

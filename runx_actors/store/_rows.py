@@ -342,12 +342,23 @@ def cache_entries(rows: Iterable[tuple[RunID, int, Any]]) -> dict[RunID, Snapsho
 def rebuild_projection(
     run_facts: RunFacts, conn: Any, scope: Scope,
     rows: Iterable[tuple[RunID, int, int | None, Any]],
+    orphan: tuple[RunID, int] | None = None,
 ) -> dict[RunID, Snapshot]:
     """The active Runs' snapshots from ``(run_id, head, cached position, cached state)``
     rows of the active Runs: cache entry plus the log tail, else a full fold.
 
+    *orphan* is the first ``(run_id, position)`` of an active Run's event whose commit
+    is not in the commit-id index, or None (one query over the scope, by the caller):
+    a cache entry skips the log before its position, so the index is checked apart —
+    without its row a retried command would append again (RUN-STO-2, RUN-CMT-5).
+
     Raises: CorruptRecordError, CorruptLogError.
     """
+    if orphan is not None:
+        run_id, idx = orphan
+        raise _damaged(scope, run_stream(run_id), idx, "the commit that appended "
+                       "this event is not in the commit-id index", table="commits",
+                       reason="commit_missing", run_id=run_id)
     out: dict[RunID, Snapshot] = {}
     for run_id, head, cached_position, cached_data in rows:
         state = None
