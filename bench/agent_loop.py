@@ -56,7 +56,13 @@ from rich.table import Table
 from runx_actors.executors import open_local_executor, python_tool
 from runx_actors.protocol.canonical import canonical_json_text
 from runx_actors.protocol.plan import Prompt
-from runx_actors.protocol.values import ModelRequest, ModelResult, ModelToolCall, Usage
+from runx_actors.protocol.values import (
+    ModelRequest,
+    ModelResult,
+    ModelToolCall,
+    RunStatus,
+    Usage,
+)
 from runx_actors.runtime import LoopDisposition, Settings, open_runtime
 from runx_actors.store.memory import MemoryStore
 
@@ -122,7 +128,7 @@ async def loop_rate(kind: str, runs: int, iterations: int, workdir: str, *,
     async with _store(kind, path) as store, \
             open_local_executor(tools=[tool], models={"bench": model}) as ex, \
             open_runtime(store, ex, scope=f"bench-{runs}", builder=BodyBuilder(tool),
-                         settings=Settings()) as rt:
+                         settings=Settings(max_model_steps=iterations + 1)) as rt:
         for i in range(runs):
             await rt.create_run(f"run-{i}", ["go"])
         finished = 0
@@ -130,7 +136,10 @@ async def loop_rate(kind: str, runs: int, iterations: int, workdir: str, *,
         async def one(run_id: str) -> None:
             nonlocal finished
             result = await rt.drive(run_id)
-            if result.disposition is LoopDisposition.FINISHED:
+            # FINISHED counts only a completed Run: a Run ended by a bound (RUN-ACT-7's
+            # model_step_limit) did fewer iterations than the rate divides by
+            if (result.disposition is LoopDisposition.FINISHED and result.result is not None
+                    and result.result.status is RunStatus.COMPLETED):
                 finished += 1
 
         start = time.perf_counter()
@@ -145,6 +154,9 @@ async def loop_rate(kind: str, runs: int, iterations: int, workdir: str, *,
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu_start
     total = runs * iterations
+    if finished != runs:
+        raise RuntimeError(f"{runs - finished} of {runs} Runs did not complete: the rate "
+                           "would count iterations that did not happen")
     # cpu: this process's CPU time over every thread (the SQLite writer included); on a
     # shared machine it moves far less with the load than the wall-clock rate does
     return {"store": kind, "runs": runs, "iterations": total, "seconds": elapsed,
