@@ -102,6 +102,9 @@ class CommitRequest:
 
 
 class CommitStatus(enum.Enum):
+    """A commit appended new facts (``ACCEPTED``) or found its command id in the index
+    and answered the original facts (``ALREADY_APPLIED``; RUN-CMT-5)."""
+
     ACCEPTED = "accepted"
     ALREADY_APPLIED = "already_applied"
 
@@ -112,6 +115,9 @@ def _facts(value: Iterable[F.Fact]) -> tuple[F.Fact, ...]:
 
 @attrs.frozen
 class CommitResult:
+    """What a commit answers (RUN-CMT-1): its status, the Run's snapshot after it, and
+    the facts of the command (the new ones, or the original ones on a replay)."""
+
     status: CommitStatus
     snapshot: Snapshot
     facts: tuple[F.Fact, ...] = attrs.field(converter=_facts)

@@ -94,28 +94,41 @@ class Prompt:
 
 @attrs.frozen
 class NeedModelRequest:
+    """plan_next (RUN-MCH-4): the Run is Open and needs its next model request; ``hint``
+    is what the PromptBuilder gets (pending inputs, the last closed ToolStep)."""
+
     hint: PromptInput
 
 
 @attrs.frozen
 class WithdrawPrepared:
+    """plan_next: inputs arrived after ``step_id`` was prepared; withdraw it so the next
+    request includes them (RUN-MCH-4)."""
+
     step_id: StepID
 
 
 @attrs.frozen
 class StartModelCall:
+    """plan_next: the PREPARED model step ``step_id`` may start (the start barrier
+    follows, RUN-LOP-3)."""
+
     step_id: StepID
 
 
 @attrs.frozen
 class StartToolCalls:
+    """plan_next: the PENDING calls ``call_ids`` (call order) of ToolStep ``step_id`` may
+    start, as the scheduling window admits (RUN-LOP-4)."""
+
     step_id: StepID
     call_ids: tuple[CallID, ...] = attrs.field(converter=_tuple)
 
 
 @attrs.frozen
 class Idle:
-    pass
+    """plan_next: nothing to start now — the model step is EXECUTING, or every live call
+    is EXECUTING or WAITING (for its Outcome or an outside answer)."""
 
 
 Action: TypeAlias = NeedModelRequest | WithdrawPrepared | StartModelCall | StartToolCalls | Idle
