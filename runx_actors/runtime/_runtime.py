@@ -233,6 +233,14 @@ class RunHandle:
     async def _enqueue(self, request: Request, *, driver: bool) -> RunActor:
         await trio.lowlevel.checkpoint_if_cancelled()  # already cancelled: nothing written
         actor = self._runtime._actor(self.run_id)
+        if driver and actor.driver is not None and actor.driver.cancelled:
+            # An abandoned drive still winding down (its caller went away; it cancels
+            # and settles what it dispatched, RUN-ACT-2): wait for it, at most
+            # ``drain_timeout``, rather than refuse this drive (simulator finding R3).
+            abandoned = actor.driver
+            with trio.move_on_after(self.settings.drain_timeout):
+                await abandoned.done.wait()
+            actor = self._runtime._actor(self.run_id)  # it may have retired meanwhile
         if driver:
             if actor.driver is not None:
                 raise RunAlreadyRunningError("the Run already has a driver", run_id=self.run_id)
@@ -278,7 +286,8 @@ class RunHandle:
             (RUN-ACT-5: the error is never masked).
         Returns: FINISHED (with ``result``) or WAITING.
         Raises:
-            RunAlreadyRunningError: another drive/advance of this Run is in progress.
+            RunAlreadyRunningError: another drive/advance of this Run is in progress (one
+                whose caller went away is first waited for, at most ``drain_timeout``).
             DriveCancelledError: another task called :meth:`cancel_drive`.
             OwnershipLostError: another writer took over the scope; nothing more settles.
             PrepareStalledError, ModelUnavailableError, FrozenValueMissingError,

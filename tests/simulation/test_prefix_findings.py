@@ -84,3 +84,24 @@ def test_findings_file_lists_every_defect() -> None:
     assert {"D1", "D2a", "D2b", "D3a", "D3b", "D4", "D5", "D6"} <= ids
     text = (Path(__file__).with_name("PREFIX_FINDINGS.md")).read_text()
     assert all(f"## {i}." in text for i in ids)
+
+
+#: R3 (PREFIX_FINDINGS.md): the caller of drive(run) is cancelled while the read of its
+#: effect's Outcome is lost; a later drive of the same Run, which met no fault, was refused
+#: with RunAlreadyRunningError until the Watcher asked again. Found by PCT (seed 20098 on
+#: the unfused loop, seed 132 once commits were fused); the shrunk schedule of 20098.
+R3_REPLAY = ("v1/memory/seed=20098/runs=3/steps=400/faults=1/"
+             "0*7,2,1,4,0,4,0,4*3,0,4,0,4*2,0,4*2,5,0*2,3*2,2")
+
+
+@pytest.mark.parametrize("seed", [20098, 132])
+def test_sim_a_new_drive_waits_for_an_abandoned_one(seed: int) -> None:
+    """R3: a drive of a Run whose previous drive was abandoned waits for it to wind down
+    (at most drain_timeout) instead of failing with RunAlreadyRunningError."""
+    cfg = Config(seed=seed, store="memory")
+    for result in (run_schedule(cfg, choices_for("pct", seed, cfg)),
+                   replay(Schedule.parse(R3_REPLAY)) if seed == 20098 else None):
+        if result is None:
+            continue
+        broken = [v.to_dict() for v in result.violations]
+        assert not broken, (seed, broken)
