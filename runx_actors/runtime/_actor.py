@@ -260,8 +260,7 @@ class RunActor:
             # The runtime is shutting down (its nursery was cancelled). The Cancelled
             # belongs to the actor's scope, not to the caller's: hand the caller an
             # error of its own instead of a foreign Cancelled.
-            request.error = RuntimeClosedError("the runtime closed during the request",
-                                               run_id=self.run_id)
+            request.error = self._closed_error()
             raise
         except Exception as exc:
             request.error = exc
@@ -282,8 +281,7 @@ class RunActor:
             else:
                 request.value = result
         except trio.Cancelled:
-            request.error = RuntimeClosedError("the runtime closed during the request",
-                                               run_id=self.run_id)
+            request.error = self._closed_error()  # as in _serve
             raise
         except Exception as exc:
             request.error = exc
@@ -291,6 +289,10 @@ class RunActor:
             if not parked:
                 self._answered(request)
         return parked
+
+    def _closed_error(self) -> RuntimeClosedError:
+        return RuntimeClosedError("the runtime closed during the request",
+                                  run_id=self.run_id)
 
     def _answered(self, request: Request) -> None:
         self.operations -= 1

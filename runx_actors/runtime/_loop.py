@@ -177,19 +177,17 @@ async def _replaying_once(attempt: Callable[[], Awaitable[_T]]) -> _T | None:
     part answers ALREADY_APPLIED; OwnershipLostError and RunNotFoundError are raised,
     never replayed; a retriable refusal (``_RETRIABLE``) is None.
     """
-    try:
-        return await attempt()
-    except (OwnershipLostError, RunNotFoundError):
-        raise
-    except _RETRIABLE:
-        return None
-    except Exception:
+    for last in (False, True):
         try:
             return await attempt()
         except (OwnershipLostError, RunNotFoundError):
             raise
         except _RETRIABLE:
             return None
+        except Exception:
+            if last:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 @attrs.define
