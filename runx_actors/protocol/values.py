@@ -207,6 +207,8 @@ class ToolScheduling:
     max_parallel: int = 0
 
     def is_valid(self) -> bool:
+        """True iff ``mode`` is one of SCHEDULING_MODES and ``max_parallel`` a non-bool
+        int ≥ 0 (``Settings`` refuses any other scheduling; RUN-LOP-1)."""
         return (
             self.mode in SCHEDULING_MODES
             and isinstance(self.max_parallel, int)
@@ -321,6 +323,7 @@ class Usage:
 
     @property
     def total(self) -> int:
+        """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
 
     def __add__(self, other: Usage) -> Usage:

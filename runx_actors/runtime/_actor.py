@@ -134,6 +134,8 @@ class RunActor:
         self.parked: _Drive | None = None
 
     def statistics(self) -> ActorStatistics:
+        """A snapshot of the actor: mailbox, operations, driver, keys in flight, parked
+        (RUN-ACT-9). Not a checkpoint."""
         return ActorStatistics(self.run_id, self.mailbox.statistics(), self.operations,
                                self.driver is not None, len(self.in_flight),
                                self.parked is not None)
@@ -224,6 +226,8 @@ class RunActor:
     # -- serving ---------------------------------------------------------------------------
 
     def context(self, request: Request) -> LoopContext:
+        """The LoopContext one loop operation of *request* runs with (its settings,
+        sink, the runtime's store, executor and dispatch gate)."""
         rt = self.runtime
         return LoopContext(
             store=rt.run_store, executor=rt.executor, run_id=self.run_id,

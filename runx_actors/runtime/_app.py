@@ -115,10 +115,12 @@ class RuntimeStore(Protocol):
     content-addressed bodies. ``MemoryStore``, ``open_sqlite_store(...)`` and
     ``open_postgres_store(...)`` give one."""
 
-    async def open(self, scope: str) -> ScopeWriter: ...
+    async def open(self, scope: str) -> ScopeWriter:
+        """Bump *scope*'s epoch and return its writer (RUN-CMT-6)."""
 
     @property
-    def frozen(self) -> FrozenStore: ...
+    def frozen(self) -> FrozenStore:
+        """The content-addressed bodies (RUN-WIR-4)."""
 
 
 class PromptBuilder(Protocol):
@@ -132,7 +134,8 @@ class PromptBuilder(Protocol):
     tool result is committed on its own before the builder runs.
     """
 
-    async def build(self, hint: PromptInput) -> Prompt: ...
+    async def build(self, hint: PromptInput) -> Prompt:
+        """The Prompt to prepare for *hint*; an exception propagates to the drive."""
 
 
 # -- module-level helpers (§5.12) -------------------------------------------------------
@@ -203,9 +206,11 @@ class ToolOffer(Protocol):
     """A tool as the builder offers it: its definition and the Run-side spec."""
 
     @property
-    def definition(self) -> ToolDefinition: ...
+    def definition(self) -> ToolDefinition:
+        """What the model is shown (name, description, parameters)."""
 
-    def spec(self) -> ToolSpec: ...
+    def spec(self) -> ToolSpec:
+        """The Run-side ToolSpec (ref, name, definition digest, policy)."""
 
 
 class TranscriptBuilder:

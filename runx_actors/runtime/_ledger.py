@@ -68,6 +68,7 @@ class LedgerState:
 
     @property
     def owed(self) -> bool:
+        """An attempt is planned and not yet dispatched (planned == dispatched + 1)."""
         return self.planned == self.dispatched + 1
 
 
@@ -114,10 +115,12 @@ class DispatchLedger(Protocol):
     writer's epoch — LedgerConflictError for a stale head, FencedError for an older
     epoch, StateConflictError for an illegal entry; a repeated commit id replays."""
 
-    async def load(self, key: Any) -> LedgerState: ...
+    async def load(self, key: Any) -> LedgerState:
+        """The folded state of *key* (empty state for an unknown key)."""
 
     async def append(self, key: Any, entry: LedgerEntry, *, seq: int,
-                     epoch: int) -> LedgerAppendStatus: ...
+                     epoch: int) -> LedgerAppendStatus:
+        """Append *entry* at head *seq* under *epoch*; errors as the class says."""
 
 
 class MemoryDispatchLedger:

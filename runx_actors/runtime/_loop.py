@@ -219,6 +219,7 @@ class LoopContext:
 
     @property
     def scope(self) -> str:
+        """The scope of the Run's store."""
         return str(self.store.scope)
 
     def _cancelled(self) -> bool:
@@ -227,10 +228,12 @@ class LoopContext:
     # -- events ----------------------------------------------------------------------
 
     def emit(self, kind: EventKind, **fields: Any) -> None:
+        """Emit a COMMITTED event of this Run to the sink (RUN-LOP-6); never raises."""
         safe_emit(self.sink, Event(kind=kind, durability=Durability.COMMITTED,
                                    session=self.scope, run_id=self.run_id, **fields))
 
     def finished(self, snapshot: Snapshot) -> LoopResult:
+        """Emit RUN_FINISHED and return FINISHED with the ended Run's result."""
         self.emit(EventKind.RUN_FINISHED, payload=result_json(snapshot.state))
         return LoopResult(disposition=LoopDisposition.FINISHED, result=snapshot.state.result)
 
