@@ -3,8 +3,9 @@
 Every exception derives from :class:`RunxError`. Grouping bases (``CommandRefusedError``,
 ``LoopError``, ``DispatchError``, ``ReadError``, ``ReconcileError``,
 ``ExecutionStoreError``) exist for ``except`` clauses only and refuse direct
-instantiation. Errors carry the data needed to act on them as keyword attributes; tests
-check attributes, never message text.
+instantiation. Errors carry the data needed to act on them as keyword attributes, and callers act on
+those; the message is the text a user reads, and tests/protocol/test_messages.py pins
+the exact text of every error the commit path (commit, decide, evolve, ids) raises.
 
 This module is pure (tier T1) so that every tier can raise these types; the public path of
 each class is ``runx_actors.<Name>``.
@@ -72,7 +73,7 @@ class RunxError(Exception):
     """Base of every runx_actors error.
 
     Keyword arguments become attributes (``err.command``, ``err.status`` …) so callers can
-    act on them; the message is informative only.
+    act on them; the message is for people (callers should not parse it).
     """
 
     _abstract = False

@@ -10,7 +10,9 @@ the first input of a batch (checked against an independent framing of spec §3.2
 survivors of the measurements in RESULTS.md:
 every refusal's ``reason`` attribute (callers act on it), the groups' exact facts
 (failure messages, usage, effects) and the fold's guards. Errors are checked by type and
-attributes (``reason``, ``command``, ``fact``, ``phase``), not by message text.
+attributes (``reason``, ``command``, ``fact``, ``phase``); the ``refusal`` and
+``fold_refusal`` helpers also pin the message framing (``"<Type>: <reason>"``), and
+``test_messages.py`` checks the exact text of every other raise site.
 """
 
 from __future__ import annotations
@@ -126,6 +128,8 @@ def refusal(state: MachineState, built: B.Built | C.Command) -> PreconditionErro
         decide(state, command)
     assert info.value.command is command  # type: ignore[attr-defined]
     assert info.value.phase is not None  # type: ignore[attr-defined]
+    # the user-visible text: "<CommandType>: <reason>" (the callers check the reason)
+    assert str(info.value) == f"{type(command).__name__}: {info.value.reason}"  # type: ignore[attr-defined]
     return info.value
 
 
@@ -133,6 +137,8 @@ def fold_refusal(state: MachineState, fact: Any) -> EvolveError:
     with pytest.raises(EvolveError) as info:
         evolve(state, fact)
     assert info.value.fact is fact  # type: ignore[attr-defined]
+    # the user-visible text: "<FactType>: <reason>" (the callers check the reason)
+    assert str(info.value) == f"{type(fact).__name__}: {info.value.reason}"  # type: ignore[attr-defined]
     return info.value
 
 
