@@ -16,6 +16,7 @@ adapter over the real ``runx_actors.protocol``, so both explore the same environ
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -89,9 +90,61 @@ def _commit(ctx: Ctx, w: World, r: int, cid: str, cmd: Cmd, epoch: int, origin: 
     cache = _cache(ctx, "commit")
     hit = cache.get(key)
     if hit is None:
-        w2, status = _commit_now(ctx, w, r, cid, cmd, epoch, origin, base)
-        hit = cache[key] = (*_store_effect(w, w2), status)
+        hit = cache[key] = _commit_effect(ctx, w, r, cid, cmd, epoch, origin, base)
     return _apply(w, hit[0], hit[1]), hit[2]
+
+
+def _commit_effect(ctx: Ctx, w: World, r: int, cid: str, cmd: Cmd, epoch: int, origin: str,
+                   base: int) -> tuple[Any, tuple[str, ...], str]:
+    """``(store after or None, ghosts added, status)`` of the commit on *w*'s store.
+
+    What a commit decides reads only part of the store: its epoch, the projection (with
+    positions) and the commit-id index with each id's Run and facts — the semantics'
+    ``commit_key``, which leaves out the log's ghost data (writer and persisted epochs,
+    origins, bases) and the order of its groups. Many stores share a key (the default
+    profile: 644 keys for 14,036 stores), so the decision — status, ghosts, and either
+    "nothing written" or "this group appended, the Run's projection now this" — is made
+    once per key and arguments (:func:`_decision`), and redone on each store by appending
+    the same group under this commit's ghost data (``Semantics.append``). A commit whose
+    effect is not such an append (a broken store that rewrites the projection) is
+    computed on each store."""
+    sem = ctx.sem
+    if getattr(sem, "commit_key", None) is None:
+        w2, status = _commit_now(ctx, w, r, cid, cmd, epoch, origin, base)
+        return (*_store_effect(w, w2), status)
+    store = w.store
+    skey = (_commit_key(ctx, store), r, cid, cmd, epoch, store.epoch, origin, base)
+    decisions = _cache(ctx, "decision")
+    hit = decisions.get(skey)
+    if hit is None:
+        w2, status = _commit_now(ctx, w, r, cid, cmd, epoch, origin, base)
+        after, added = _store_effect(w, w2)
+        appended = (None if after is None
+                    else sem.appended(store, after, r, epoch, origin, base))
+        if after is not None and appended is None:  # not an append: not shared
+            return after, added, status
+        hit = decisions[skey] = (appended, added, status)
+    appended, added, status = hit
+    after = None if appended is None else sem.append(store, r, epoch, origin, base, appended)
+    return after, added, status
+
+
+def _commit_key(ctx: Ctx, store: Any) -> int:
+    """The number of *store*'s ``commit_key`` (equal keys, equal numbers; a number is never
+    given to another key, so the decisions cached under it stay right when tables clear)."""
+    keys = _cache(ctx, "commit_key")
+    number = keys.get(store)
+    if number is None:
+        numbers = _cache(ctx, "commit_key_numbers")
+        sem_key = ctx.sem.commit_key(store)
+        number = numbers.get(sem_key)
+        if number is None:
+            number = numbers[sem_key] = next(_NUMBERS)
+        keys[store] = number
+    return number
+
+
+_NUMBERS = itertools.count()
 
 
 def _commit_now(ctx: Ctx, w: World, r: int, cid: str, cmd: Cmd, epoch: int, origin: str,
@@ -570,9 +623,56 @@ def _user_commit(ctx: Ctx, w: World, r: int, cid: str, cmd: Cmd, label: str) -> 
 
 def _user_moves(ctx: Ctx, w: World) -> Iterator[Move]:
     """Application commands go through the current writer (§5.12), not through an actor.
-    A ``[retry]`` resubmits a command the user already sent (an ambiguous commit)."""
+    A ``[retry]`` resubmits a command the user already sent (an ambiguous commit).
+
+    Once there is a current writer, the moves read only the store, the inputs sent and
+    whether a duplicate is left, and change only the store, the ghosts (appended), the
+    inputs sent and the duplicates (one spent): computed once per ``(store, inputs sent,
+    duplicates > 0)`` (:func:`_user_now`) and applied to every world that has them."""
     if not any(x.alive and x.epoch == w.store.epoch and x.phase != "fenced" for x in w.owners):
         return
+    key = _user_key(w)
+    cache = _cache(ctx, "user")
+    effects = cache.get(key)
+    if effects is None:
+        effects = cache[key] = tuple((label, *_user_effect(w, w2))
+                                     for label, w2 in _user_now(ctx, w))
+    for label, store, added, sent, spent in effects:
+        if store is None and not added and sent is None and not spent:
+            yield label, w  # a refused command: a self-loop
+        else:
+            yield label, replace(
+                w, store=w.store if store is None else store,
+                ghosts=(*w.ghosts, *added) if added else w.ghosts,
+                inputs_sent=w.inputs_sent if sent is None else sent,
+                duplicates=w.duplicates - 1 if spent else w.duplicates)
+
+
+def _user_key(w: World) -> tuple[Any, ...]:
+    """What the user's moves read (besides whether there is a current writer)."""
+    return (w.store, w.inputs_sent, w.duplicates > 0)
+
+
+def _user_effect(w: World, w2: World) -> tuple[Any, tuple[str, ...], Any, bool]:
+    """What a user move did to *w*: ``(store or None if unchanged, ghosts added, inputs
+    sent or None if unchanged, whether a duplicate was spent)``. Raises AssertionError if
+    it changed anything else."""
+    if w2 is w:
+        return None, (), None, False
+    spent = w2.duplicates == w.duplicates - 1
+    if (w2.owners is not w.owners or w2.recs is not w.recs or w2.inflight != w.inflight
+            or (w2.crashes, w2.takeovers) != (w.crashes, w.takeovers)
+            or not (spent or w2.duplicates == w.duplicates)
+            or w2.ghosts[:len(w.ghosts)] != w.ghosts):
+        raise AssertionError("a user move changed more than the store, the ghosts, the "
+                             "inputs sent and the duplicates")
+    store = None if w2.store is w.store or w2.store == w.store else w2.store
+    sent = None if w2.inputs_sent == w.inputs_sent else w2.inputs_sent
+    return store, w2.ghosts[len(w.ghosts):], sent, spent
+
+
+def _user_now(ctx: Ctx, w: World) -> Iterator[Move]:
+    """:func:`_user_moves` once a current writer is there, without the cache."""
     again = replace(w, duplicates=w.duplicates - 1) if w.duplicates > 0 else None
     image = ctx.sem.image(w.store)
     for r in range(ctx.runs):
@@ -770,7 +870,26 @@ def canonical(w: World) -> World:
     """The one exact reduction: a fenced writer still in ``drive`` with no start→dispatch
     section behaves as one that already got OwnershipLostError (every command it can try
     is refused before anything else, the store checking the epoch first). Runs and owners
-    are not interchangeable (their ids are in the facts). Only for a store that fences."""
+    are not interchangeable (their ids are in the facts). Only for a store that fences.
+
+    It reads only the owners and the store's epoch: the reduced owners are computed once
+    per pair (:func:`_canonical_owners`)."""
+    key = (w.owners, w.store.epoch)
+    owners = _CANONICAL.get(key)
+    if owners is None:
+        if len(_CANONICAL) >= _CACHE_LIMIT:
+            _CANONICAL.clear()
+        reduced = _canonical_owners(w).owners
+        owners = _CANONICAL[key] = () if reduced is w.owners else reduced
+    return replace(w, owners=owners) if owners else w
+
+
+#: (owners, store epoch) -> the reduced owners, or () when nothing is reduced
+_CANONICAL: dict[tuple[tuple[Owner, ...], int], tuple[Owner, ...]] = {}
+
+
+def _canonical_owners(w: World) -> World:
+    """:func:`canonical` without the cache."""
     for o, owner in enumerate(w.owners):
         if (owner.alive and owner.epoch < w.store.epoch and owner.phase == "drive"
                 and not owner.section):

@@ -70,6 +70,23 @@ class Semantics(Protocol):
         envelopes, real bodies, facts fed to the fold), as moves ``(label, next_world)``;
         one that is not refused leaves ghost ``ADV-1`` / ``ADV-2``."""
 
+    # Optional (``_moves._commit_effect`` uses them when ``commit_key`` is there): a
+    # commit's decision is then made once per key, and redone on each store by ``append``.
+
+    def commit_key(self, store: Any) -> Any:
+        """A hashable key of everything ``commit`` reads of *store* (equal keys: every
+        commit decides alike — status, ghosts, and the group appended, if any)."""
+
+    def appended(self, store: Any, after: Any, r: int, epoch: int, origin: str,
+                 base: int) -> Any:
+        """The group a commit appended to Run ``r`` of *store*, giving *after* (as
+        ``append`` takes it), or None when *after* is not ``append``'s result."""
+
+    def append(self, store: Any, r: int, epoch: int, origin: str, base: int,
+               done: Any) -> Any:
+        """*store* with the group *done* appended to Run ``r`` by a writer at *epoch*
+        (*origin*, *base*: the log entry's ghost data)."""
+
 
 def plan(r: int, state: RunState, base: int) -> Cmd | None:
     """The loop's next command on a snapshot at RunPosition ``base`` (§2.9)."""
@@ -108,6 +125,29 @@ class ReferenceSemantics:
 
     def image(self, store: Store) -> Store:
         return store
+
+    def commit_key(self, store: Store) -> Any:
+        """What ``_store.commit`` reads of *store*: the epoch, the projection and the
+        positions, and the commit-id index with each id's Run and facts (a replay's
+        facts); not the log's ghost data nor the order of its groups."""
+        return (store.epoch, store.runs, tuple(len(s) for s in store.streams),
+                frozenset((c.cid, c.run, c.facts) for c in store.log))
+
+    def appended(self, store: Store, after: Store, r: int, epoch: int, origin: str,
+                 base: int) -> Any:
+        """What a commit that turned *store* into *after* appended, as ``append`` redoes
+        it on another store — or None when *after* is not exactly that append."""
+        if len(after.log) != len(store.log) + 1:
+            return None
+        done = (after.log[-1].cid, after.log[-1].facts, after.runs[r])
+        return done if self.append(store, r, epoch, origin, base, done) == after else None
+
+    def append(self, store: Store, r: int, epoch: int, origin: str, base: int,
+               done: Any) -> Store:
+        """*store* with the group *done* (``appended``) committed to Run *r* by a writer at
+        *epoch* (the log entry's ghost data: *origin*, *base*, the persisted epoch)."""
+        cid, facts, state = done
+        return store.append(Commit(cid, r, facts, epoch, store.epoch, origin, base), state)
 
     def load(self, store: Store, r: int, position: int) -> RunState:
         if position == store.position(r):

@@ -8,7 +8,14 @@ gives what the direct computation gives.
 * commits and the adversary's forgeries are computed once per store and applied to every
   world holding it (``_moves._commit``, ``_moves._forged_moves``); and the search skips the
   key of a self-loop. With every cache off (a fresh table on each lookup, the whole-log
-  walk, whole-stream folds) a search gives the same counts and verdict.
+  walk, whole-stream folds) a search gives the same counts and verdict;
+* a commit's decision is made once per ``commit_key`` (epoch, projection, commit-id index
+  with facts; not the log's ghost data) and redone on each store by appending the same
+  group (``_moves._commit_effect``; the core's ``_core_store.decision``); the user's moves
+  are computed once per ``(store, inputs sent, duplicates left)`` (``_moves._user_moves``);
+  the reduction once per ``(owners, epoch)`` (``_moves.canonical``). Each key is shown to
+  matter: with a key that leaves out one thing the moves read, the comparison of cached
+  and direct moves fails.
 """
 
 from __future__ import annotations
@@ -23,12 +30,15 @@ import pytest
 from runx_actors.check import PROFILES, CheckConfig, check_model
 from runx_actors.check.models import _core_forged as core_forged
 from runx_actors.check.models import _core_semantics as core_semantics
+from runx_actors.check.models import _core_store as core_store
 from runx_actors.check.models import _core_world as core_world
 from runx_actors.check.models import core, load_model
 from runx_actors.protocol.commit import fold_run
 
 moves = pytest.importorskip("runx_spec._moves")
 invariants = pytest.importorskip("runx_spec._invariants")
+semantics = pytest.importorskip("runx_spec._semantics")
+reference = pytest.importorskip("runx_spec.reference")
 
 #: a small configuration with every kind of move (crash, takeover, duplicate, inputs,
 #: approvals, cancel, failures, malformed answers, the adversary)
@@ -142,17 +152,34 @@ def _no_caches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(moves, "_cache", lambda ctx, what: _NoCache())
     monkeypatch.setattr(moves, "_commit", moves._commit_now)
     monkeypatch.setattr(moves, "_forged_moves", _forged_direct)
+    monkeypatch.setattr(moves, "_user_moves", _user_direct)
+    monkeypatch.setattr(moves, "canonical", _canonical_direct)
+    monkeypatch.setattr(reference, "canonical", _canonical_direct)
+    monkeypatch.setattr(core_store, "decision", core_store.decide_now)
     monkeypatch.setattr(invariants, "_log_report", invariants._log_report_batch)
     monkeypatch.setattr(invariants, "store_verdict", invariants.store_verdict.__wrapped__)
     monkeypatch.setattr(core_world, "_resumed_fold", lambda log, r, stream: None)
     monkeypatch.setattr(core_world, "_RECORDS", _Direct())
     monkeypatch.setattr(core_world, "_VALID", _Direct())
+    for table in ("_FACTS", "_STATES", "_STREAMS"):
+        monkeypatch.setattr(core_world, table, _Direct())
     monkeypatch.setattr(core_forged, "_FOREIGN", _Direct())
     uncached = core_forged.forged_outcomes.__wrapped__  # type: ignore[attr-defined]
     monkeypatch.setattr(core_semantics, "forged_outcomes", uncached)
     monkeypatch.setattr(core, "_store_verdict", core._store_verdict.__wrapped__)
     monkeypatch.setattr(core, "record_report", core_world.record_report.__wrapped__)
     monkeypatch.setattr(core, "state_report", core_world.state_report.__wrapped__)
+
+
+def _user_direct(ctx: Any, w: Any) -> Iterator[tuple[str, Any]]:
+    """``_moves._user_moves`` computing every move on every world."""
+    if any(x.alive and x.epoch == w.store.epoch and x.phase != "fenced" for x in w.owners):
+        yield from moves._user_now(ctx, w)
+
+
+def _canonical_direct(w: Any) -> Any:
+    """``_moves.canonical`` without its table."""
+    return moves._canonical_owners(w)
 
 
 def _forged_direct(ctx: Any, w: Any) -> Iterator[tuple[str, Any]]:
@@ -190,3 +217,94 @@ def test_search_without_caches_gives_the_same_result(name: str, variant: str | N
     assert fast == slow
     if variant is not None:
         assert fast[3] is not None  # the variant is caught, with the same shortest trace
+
+
+def _cached_and_direct_moves_differ(name: str, config: Any, limit: int) -> bool:
+    """Whether, on some world among the first *limit* of a search, the moves computed with
+    the caches (warm: filled by the worlds before) differ from the direct computation."""
+    model = load_model(name, config)
+    for w in _worlds(model, limit):
+        warm = list(model.actions(w))
+        with pytest.MonkeyPatch.context() as patch:
+            _no_caches(patch)
+            cold = list(model.actions(w))
+        if warm != cold:
+            return True
+    return False
+
+
+def test_redone_commits_equal_the_direct_ones_on_the_default_profile() -> None:
+    """The decisions shared between stores of one commit key, on the configuration the
+    CLI runs: every move of the first worlds equals its direct computation."""
+    for name in ("reference", "core"):
+        assert not _cached_and_direct_moves_differ(name, PROFILES["default"], 600)
+
+
+def _commit_key_of_the_projection(self: Any, store: Any) -> Any:
+    """A broken ``commit_key``: the epoch and the projection only, without the positions
+    (the Prepare CAS reads them) and the commit-id index (the replay lookup reads it).
+    (Either one alone is not caught: in these configurations the projection and either
+    one determine the other.)"""
+    return (store.epoch, store.runs)
+
+
+def _core_commit_key_of_the_epoch(store: Any) -> Any:
+    """A broken core ``commit_key``: the epoch only, without the projection and the index
+    (either one alone is not caught: in a correct store each determines the other)."""
+    return (store.epoch,)
+
+
+def _user_key_without_duplicates(w: Any) -> Any:
+    """A broken user key: it leaves out whether a duplicate is left (the resubmissions
+    need one). (Leaving out the inputs sent is not caught: the store shows them.)"""
+    return (w.store, w.inputs_sent)
+
+
+@pytest.mark.parametrize("broken", ["commit_key", "core_commit_key", "user_key"])
+def test_the_comparison_catches_a_key_that_omits_a_read(broken: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each cache key is needed whole: leave out one thing the moves read, and the cached
+    moves differ from the direct ones on some world (so the comparisons above, which
+    pass, would fail if a key were incomplete)."""
+    moves._CACHES.clear()
+    if broken == "commit_key":
+        monkeypatch.setattr(semantics.ReferenceSemantics, "commit_key",
+                            _commit_key_of_the_projection)
+        name = "reference"
+    elif broken == "core_commit_key":
+        monkeypatch.setattr(core_store, "commit_key", _core_commit_key_of_the_epoch)
+        monkeypatch.setattr(core_store, "_NUMBER_OF_STORE", {})
+        monkeypatch.setattr(core_store, "_NUMBER_OF_KEY", {})
+        monkeypatch.setattr(core_store, "_DECISIONS", {})
+        name = "core"
+    else:
+        monkeypatch.setattr(moves, "_user_key", _user_key_without_duplicates)
+        name = "reference"
+    try:
+        assert _cached_and_direct_moves_differ(name, SMALL, 1500)
+    finally:
+        moves._CACHES.clear()
+
+
+def test_core_store_hash_agrees_with_equality() -> None:
+    """``CoreStore.__hash__`` (snapshot hashes per object, streams left out): equal stores
+    built from other objects hash alike, and a store whose projection alone differs (what
+    ``replay_reapplies`` makes) hashes differently from the one it came from."""
+    model = load_model("core", SMALL)
+    compared = 0
+    for w in _worlds(model, 300):
+        store = w.store
+        copy = core_store.CoreStore(
+            store.epoch, tuple(attrs.evolve(c) for c in store.log),
+            tuple(tuple(attrs.evolve(f) for f in s) for s in store.streams),
+            tuple(attrs.evolve(p, state=attrs.evolve(p.state)) for p in store.proj),
+            frozenset(store.cids), store.loads)
+        assert copy == store and copy.proj[0] is not store.proj[0]
+        assert hash(copy) == hash(store)
+        compared += 1
+    assert compared == 300
+    store = next(iter(model.initial_states())).store
+    snap = store.proj[0]
+    other = store.with_projection(0, attrs.evolve(snap, state=attrs.evolve(
+        snap.state, model_steps=snap.state.model_steps + 1)))
+    assert other != store and hash(other) != hash(store)

@@ -142,8 +142,11 @@ def forged_outcomes(impl: Impl, store: CoreStore) -> tuple[tuple[int, Outcome], 
         # the fold of the stream so far, when the fold is the production fold_run: each
         # foreign fact then costs one evolve, not a fold of the whole stream
         base = core_world._resumed_fold(store.log, r, stream) if impl.fold is fold_run else None
-        for label, status, ghost in _FOREIGN.call(_foreign_log, impl, stream, state, run,
-                                                  base):
+        # with a resumed fold the outcomes do not read the stream itself (a new object in
+        # every store): keyed by the fold and the state, which stores share
+        for label, status, ghost in _FOREIGN.call(_foreign_log, impl,
+                                                  stream if base is None else None, state,
+                                                  run, base):
             out.append((r, (label, status, None, ghost)))
     return tuple(out)
 
@@ -153,12 +156,13 @@ def forged_outcomes(impl: Impl, store: CoreStore) -> tuple[tuple[int, Outcome], 
 _FOREIGN = IdentityCache()
 
 
-def _foreign_log(impl: Impl, stream: tuple[F.Fact, ...], state: Any, run: str,
+def _foreign_log(impl: Impl, stream: tuple[F.Fact, ...] | None, state: Any, run: str,
                  base: Any) -> tuple[tuple[str, str, str], ...]:
     """The foreign-log forgeries on Run *run* (stream *stream*, projected *state*):
     ``(label, status, ghost)`` of each fact no decide produces, fed to *impl*'s fold.
 
-    *base*, when not None, is ``fold_run(stream)`` and *impl*'s fold is ``fold_run``:
+    *base*, when not None, is ``fold_run(stream)`` and *impl*'s fold is ``fold_run`` (and
+    *stream* is then not read: None):
     folding ``stream + (fact,)`` is then ``fold_run``'s last step, ``evolve(base, fact)``,
     an ``EvolveError`` out of it being the ``CorruptLogError`` fold_run raises (any other
     error passes through fold_run unchanged)."""
@@ -171,6 +175,7 @@ def _foreign_log(impl: Impl, stream: tuple[F.Fact, ...], state: Any, run: str,
                 except EvolveError as exc:
                     raise CorruptLogError(exc.message) from exc
             else:
+                assert stream is not None
                 impl.fold((*stream, fact), run_id=run)
         except CorruptLogError:
             status, ghost = "corrupt", ""

@@ -20,7 +20,7 @@ Every id the core derives is compared with the reference's derivation (ghost ``I
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from typing import Any
 
 from ...protocol import commands as C
@@ -41,7 +41,15 @@ from . import _core_commands as cmds
 from . import _core_spec as spec
 from ._core_forged import forged_outcomes
 from ._core_impl import Impl
-from ._core_store import ACCEPTED, CoreStore, commit, initial_store, run_id
+from ._core_store import (
+    ACCEPTED,
+    CoreStore,
+    commit,
+    commit_number,
+    initial_store,
+    interned,
+    run_id,
+)
 from ._core_world import abstract_state, abstract_store
 
 __all__ = ["CoreSemantics", "build_command"]
@@ -85,6 +93,34 @@ class CoreSemantics:
     def image(self, store: CoreStore) -> Any:
         """The reference model's view of *store* (what its invariants read)."""
         return abstract_store(store)
+
+    def commit_key(self, store: CoreStore) -> Hashable:
+        """What a commit reads of *store* (``evaluate_commit``'s ``CommitView``, the
+        epoch fence): the epoch, the projection's snapshots and the commit-id index with
+        each id's Run and facts — by identity (real values do not cache their hashes;
+        equal values that are other objects only miss). Not the log's ghost data."""
+        return commit_number(store)
+
+    def appended(self, store: CoreStore, after: CoreStore, r: int, epoch: int, origin: str,
+                 base: int) -> Any:
+        """The group a commit appended to *store* (see ``runx_spec._semantics``), or None
+        when *after* is not exactly :meth:`append` of it."""
+        if len(after.log) != len(store.log) + 1:
+            return None
+        done = (after.log[-1].cid, after.log[-1].facts, after.proj[r])
+        if self.append(store, r, epoch, origin, base, done) != after:
+            return None
+        # one object per value, so that stores reached along different paths share their
+        # commit_key (which compares snapshots and facts by identity)
+        return (done[0], interned(done[1]), interned(done[2]))
+
+    def append(self, store: CoreStore, r: int, epoch: int, origin: str, base: int,
+               done: Any) -> CoreStore:
+        """*store* with *done* (``(command id, facts, snapshot)``) appended to Run *r*, as
+        ``evaluate_and_append`` appends a decision."""
+        cid, facts, snap = done
+        return store.append(spec.state.Commit(cid, r, facts, epoch, store.epoch, origin, base),
+                            snap)
 
     def load(self, store: CoreStore, r: int, position: int) -> Any:
         """The reference view of Run *r* as loaded when it was at *position*."""

@@ -16,6 +16,8 @@ invariants read and the environment's moves use.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -47,7 +49,8 @@ from . import _core_spec as spec
 if TYPE_CHECKING:
     from ._core_impl import Impl
 
-__all__ = ["CoreStore", "CoreView", "IdentityCache", "run_id", "run_index", "initial_store",
+__all__ = ["CoreStore", "CoreView", "IdentityCache", "Same", "commit_key", "commit_number",
+           "decision", "decide_now", "interned", "run_id", "run_index", "initial_store",
            "commit", "evaluate_and_append", "evaluate_envelope", "ACCEPTED", "ALREADY", "OK"]
 
 ACCEPTED, ALREADY = "accepted", "already_applied"
@@ -83,6 +86,10 @@ class IdentityCache:
         return value
 
 
+#: the hash of each snapshot object of a projection (``CoreStore.__hash__``)
+_SNAPSHOT_HASHES = IdentityCache(1 << 17)
+
+
 def run_id(r: int) -> str:
     """The RunID of Run number *r* (the reference's naming)."""
     return f"run-{r}"
@@ -95,7 +102,7 @@ def run_index(rid: str) -> int | None:
     return None
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen(slots=False, hash=False)
 class CoreStore:
     """One scope: epoch, commit log, Run streams and the machine projection.
 
@@ -103,7 +110,22 @@ class CoreStore:
     ended snapshot ``load`` returns). ``loads[r]`` holds every snapshot the Run had at a
     commit boundary (what a ``load`` at that moment returned); it is derived from the
     log, so it takes no part in equality.
+
+    The hash (computed once, kept in the instance dict) covers the epoch, the log, the
+    index, the streams' lengths and the projection's snapshots, each snapshot's hash
+    computed once per object (real values do not cache theirs); the streams themselves
+    are left out, being the log's facts per Run (every constructor keeps them so), which
+    the log's hash covers — equal stores hash alike, and the 64-bit fingerprints of the
+    compact search tell the same stores apart as before.
     """
+
+    def __hash__(self) -> int:
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.epoch, self.log, self.cids, tuple(map(len, self.streams)),
+                           tuple(_SNAPSHOT_HASHES.call(hash, snap) for snap in self.proj)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
     epoch: int
     log: tuple[Any, ...]  # runx_spec's Commit values, with real facts
@@ -203,6 +225,55 @@ class CoreView:
         return self._store.proj[r]
 
 
+class Same:
+    """*obj* compared and hashed by identity: a key part that keeps its object alive (so
+    its id is not reused while the key is stored)."""
+
+    __slots__ = ("_hash", "obj")
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+        self._hash = id(obj)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Same) and other.obj is self.obj
+
+
+_NUMBER_OF_STORE: dict[CoreStore, int] = {}
+_NUMBER_OF_KEY: dict[Hashable, int] = {}
+_NUMBERS = itertools.count()
+_NUMBERS_LIMIT = 1 << 17
+
+
+def commit_number(store: CoreStore) -> int:
+    """A number for *store*'s :func:`commit_key`: equal keys, equal numbers, and a number is
+    never given to another key (the tables clear at ``_NUMBERS_LIMIT``; a number cached
+    elsewhere then stays right, it only stops being found)."""
+    number = _NUMBER_OF_STORE.get(store)
+    if number is None:
+        if len(_NUMBER_OF_STORE) >= _NUMBERS_LIMIT:
+            _NUMBER_OF_STORE.clear()
+            _NUMBER_OF_KEY.clear()
+        key = commit_key(store)
+        number = _NUMBER_OF_KEY.get(key)
+        if number is None:
+            number = _NUMBER_OF_KEY[key] = next(_NUMBERS)
+        _NUMBER_OF_STORE[store] = number
+    return number
+
+
+def commit_key(store: CoreStore) -> Hashable:
+    """Everything committing to *store* reads (``CoreView``, the fence): the epoch, the
+    projection's snapshots and, per command id of the index, its Run and facts — the
+    objects by identity (:class:`Same`), not by value. Not the log's ghost data (writer
+    and persisted epochs, origins, bases) nor the order of its groups."""
+    return (store.epoch, tuple(Same(snap) for snap in store.proj),
+            frozenset((c.cid, c.run, Same(c.facts)) for c in store.log))
+
+
 _CACHE: dict[tuple[Any, ...], tuple[Any, CoreStore, str, str]] = {}
 _CACHE_LIMIT = 1 << 18
 
@@ -245,34 +316,82 @@ def evaluate_envelope(impl: Impl, store: CoreStore, r: int, env: CommandEnvelope
     """:func:`evaluate_and_append` of an envelope as given (the adversary hands in envelopes
     built by hand: a type that names another command, empty or foreign ids). Besides the
     statuses there, ``"not_found"`` (RunNotFoundError: the envelope names no Run of the
-    scope) and ``"invalid"`` (ValidationError). Run *r* receives the append."""
-    command = env.command
-    cid = env.id
+    scope) and ``"invalid"`` (ValidationError). Run *r* receives the append.
+
+    ``impl.evaluate``'s answer is a function of what it reads — the ``CoreView`` of the
+    store (:func:`commit_key`) and the request — so it is computed once per key and request
+    (:func:`decision`) and applied to each store: the fence first, then the append of the
+    decided group under this writer's ghost data, or a replay (which a broken store
+    folds into its projection again)."""
     if impl.check_epoch and epoch != store.epoch:
         return store, "fenced", ""  # OwnershipLostError: checked first, as ScopeLog does
-    request = CommitRequest(base, env)
-    try:
-        decision = impl.evaluate(CoreView(store), request)
-    except RunTerminalError:
-        return store, "terminal", ""
-    except CommandConflictError:
-        return store, "conflict", ""
-    except StaleRuntimeError:
-        return store, "stale", ""
-    except RunNotFoundError:
-        return store, "not_found", ""
-    except ValidationError:
-        return store, "invalid", ""
-    except EvolveError as exc:
-        return store, "internal", f"CORE-EVOLVE: {type(command).__name__} decided facts " \
-                                  f"that do not fold ({exc.message})"
-    if isinstance(decision, Replay):
+    kind, status, ghost, facts, snap = decision(impl, store, env, base)
+    if kind == "replay":
         if impl.reapply_replays:
-            store = _reapply(store, r, decision.facts)
+            store = _reapply(store, r, facts)
         return store, ALREADY, ""
-    assert isinstance(decision, Append)
-    c = spec.state.Commit(cid, r, tuple(decision.facts), epoch, store.epoch, origin, base)
-    return store.append(c, decision.snapshot), ACCEPTED, ""
+    if kind == "append":
+        c = spec.state.Commit(env.id, r, facts, epoch, store.epoch, origin, base)
+        return store.append(c, snap), ACCEPTED, ""
+    return store, status, ghost
+
+
+#: (impl, commit key number, envelope parts, base) -> what ``decide_now`` answers
+_DECISIONS: dict[tuple[Any, ...], tuple[str, str, str, Any, Any]] = {}
+_DECISIONS_LIMIT = 1 << 17
+
+
+def decision(impl: Impl, store: CoreStore, env: CommandEnvelope,
+             base: int) -> tuple[str, str, str, Any, Any]:
+    """:func:`decide_now`, once per ``(impl, commit_key(store), envelope, base)``: the
+    envelope's type, Run and command ids by value and its command by identity (the
+    command builders are cached; :class:`Same` keeps it alive)."""
+    key = (impl, commit_number(store), env.type, env.run_id, env.id, Same(env.command), base)
+    hit = _DECISIONS.get(key)
+    if hit is None:
+        if len(_DECISIONS) >= _DECISIONS_LIMIT:
+            _DECISIONS.clear()
+        hit = _DECISIONS[key] = decide_now(impl, store, env, base)
+    return hit
+
+
+def decide_now(impl: Impl, store: CoreStore, env: CommandEnvelope,
+               base: int) -> tuple[str, str, str, Any, Any]:
+    """What ``impl.evaluate`` answers for *env* at *base* on *store*'s view, as
+    ``(kind, status, ghost, facts, snapshot)``: kind ``"append"`` (status accepted; the
+    facts and snapshot interned: one object per value), ``"replay"`` (the replayed facts)
+    or ``"refused"`` (the status of the exception; ghost ``CORE-EVOLVE`` for an
+    ``EvolveError``, a decided fact that does not fold)."""
+    command = env.command
+    try:
+        decided = impl.evaluate(CoreView(store), CommitRequest(base, env))
+    except RunTerminalError:
+        return "refused", "terminal", "", None, None
+    except CommandConflictError:
+        return "refused", "conflict", "", None, None
+    except StaleRuntimeError:
+        return "refused", "stale", "", None, None
+    except RunNotFoundError:
+        return "refused", "not_found", "", None, None
+    except ValidationError:
+        return "refused", "invalid", "", None, None
+    except EvolveError as exc:
+        return "refused", "internal", f"CORE-EVOLVE: {type(command).__name__} decided facts " \
+                                      f"that do not fold ({exc.message})", None, None
+    if isinstance(decided, Replay):
+        return "replay", ALREADY, "", tuple(decided.facts), None
+    assert isinstance(decided, Append)
+    return "append", ACCEPTED, "", interned(tuple(decided.facts)), interned(decided.snapshot)
+
+
+_INTERNED: dict[Any, Any] = {}
+
+
+def interned(value: Any) -> Any:
+    """The first object equal to *value* interned in this process (*value* itself if none):
+    stores reached along different paths then hold the same snapshot and fact objects, and
+    share their :func:`commit_key` (which compares them by identity)."""
+    return _INTERNED.setdefault(value, value)
 
 
 def _reapply(store: CoreStore, r: int, facts: tuple[F.Fact, ...]) -> CoreStore:

@@ -81,9 +81,14 @@ def _end_fact(fact: F.RunEnded) -> tuple[Any, ...]:
     return ("completed",)
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def abstract_fact(fact: F.Fact) -> Any:
-    """The reference's abstract ``Fact`` for a real fact."""
+    """The reference's abstract ``Fact`` for a real fact (computed once per fact object:
+    real facts do not cache their hashes, and the stores of a search share their facts)."""
+    return _FACTS.call(_abstract_fact, fact)
+
+
+def _abstract_fact(fact: F.Fact) -> Any:
+    """:func:`abstract_fact` without the cache."""
     Fact = spec.state.Fact
     kind = type(fact).__name__
     match fact:
@@ -139,9 +144,13 @@ def _current(cur: Any) -> Any:
     return _tool_step(cur)
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def abstract_state(state: MachineState) -> Any:
-    """The reference's ``RunState`` for a real ``MachineState``."""
+    """The reference's ``RunState`` for a real ``MachineState`` (once per state object)."""
+    return _STATES.call(_abstract_state, state)
+
+
+def _abstract_state(state: MachineState) -> Any:
+    """:func:`abstract_state` without the cache."""
     return spec.state.RunState(
         state.run_id, state.status.value, _current(state.current),
         tuple(i.id for i in state.pending_inputs), state.model_steps,
@@ -164,10 +173,19 @@ def _abstract_commit(commit: Any) -> Any:
     return spec.state.replace(commit, facts=tuple(abstract_fact(f) for f in commit.facts))
 
 
-@functools.lru_cache(maxsize=1 << 15)
 def _abstract_stream(stream: tuple[F.Fact, ...]) -> tuple[Any, ...]:
-    """A Run's stream abstracted (cached: many stores share a stream)."""
+    """A Run's stream abstracted (cached per stream object)."""
+    abstracted: tuple[Any, ...] = _STREAMS.call(_abstract_stream_now, stream)
+    return abstracted
+
+
+def _abstract_stream_now(stream: tuple[F.Fact, ...]) -> tuple[Any, ...]:
     return tuple(abstract_fact(f) for f in stream)
+
+
+_FACTS = IdentityCache(1 << 17)
+_STATES = IdentityCache(1 << 17)
+_STREAMS = IdentityCache(1 << 16)
 
 
 #: (world, image) of the last call: the checker asks every invariant of a state in a row
