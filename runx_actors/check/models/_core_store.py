@@ -390,7 +390,11 @@ _INTERNED: dict[Any, Any] = {}
 def interned(value: Any) -> Any:
     """The first object equal to *value* interned in this process (*value* itself if none):
     stores reached along different paths then hold the same snapshot and fact objects, and
-    share their :func:`commit_key` (which compares them by identity)."""
+    share their :func:`commit_key` (which compares them by identity). The table clears at
+    ``_DECISIONS_LIMIT`` entries (equal values made later are then other objects: a
+    commit key that differs only misses)."""
+    if len(_INTERNED) >= _DECISIONS_LIMIT:
+        _INTERNED.clear()
     return _INTERNED.setdefault(value, value)
 
 
