@@ -13,7 +13,8 @@ gives what the direct computation gives.
   with facts; not the log's ghost data) and redone on each store by appending the same
   group (``_moves._commit_effect``; the core's ``_core_store.decision``); the user's moves
   are computed once per ``(store, inputs sent, duplicates left)`` (``_moves._user_moves``);
-  the reduction once per ``(owners, epoch)`` (``_moves.canonical``). Each key is shown to
+  the reduction once per ``(owners, epoch)`` (``_moves.canonical``); the core's plan and
+  recovery targets once per state object. Each key is shown to
   matter: with a key that leaves out one thing the moves read, the comparison of cached
   and direct moves fails.
 """
@@ -163,6 +164,8 @@ def _no_caches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(core_world, "_VALID", _Direct())
     for table in ("_FACTS", "_STATES", "_STREAMS"):
         monkeypatch.setattr(core_world, table, _Direct())
+    monkeypatch.setattr(core_semantics, "PLANS", _Direct())
+    monkeypatch.setattr(core_semantics, "EXECUTING", _Direct())
     monkeypatch.setattr(core_forged, "_FOREIGN", _Direct())
     uncached = core_forged.forged_outcomes.__wrapped__  # type: ignore[attr-defined]
     monkeypatch.setattr(core_semantics, "forged_outcomes", uncached)
@@ -308,3 +311,15 @@ def test_core_store_hash_agrees_with_equality() -> None:
     other = store.with_projection(0, attrs.evolve(snap, state=attrs.evolve(
         snap.state, model_steps=snap.state.model_steps + 1)))
     assert other != store and hash(other) != hash(store)
+
+
+def test_the_plan_cache_is_per_implementation() -> None:
+    """The core's plans are cached per (implementation, state object, run, position): a
+    broken planner checked after the correct one in the same process still plans its own
+    way (with the implementation left out of the key, ``start_despite_inputs`` would
+    reuse the correct plans and not be caught)."""
+    config = CheckConfig(runs=1, calls=1, crashes=0, takeovers=0, duplicates=0, inputs=1,
+                         adversarial=False)
+    assert check_model(load_model("core", config), progress=False).ok
+    result = check_model(load_model("core", config, "start_despite_inputs"), progress=False)
+    assert result.violation is not None and result.violation.invariant == "INV-14"

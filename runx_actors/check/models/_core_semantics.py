@@ -44,6 +44,7 @@ from ._core_impl import Impl
 from ._core_store import (
     ACCEPTED,
     CoreStore,
+    IdentityCache,
     commit,
     commit_number,
     initial_store,
@@ -128,36 +129,14 @@ class CoreSemantics:
 
     def plan(self, store: CoreStore, r: int, position: int) -> Any:
         """The real planner's next action for Run *r* at *position*, as a reference ``Cmd``
-        (None when the Run ended or is idle)."""
-        state = _loaded(store, r, position)
-        if state.status is not RunStatus.ACTIVE:
-            return None
-        action = self.impl.plan(state)
-        cur = state.current
-        Cmd = spec.state.Cmd
-        if isinstance(action, NeedModelRequest):
-            pending = tuple(i.id for i in state.pending_inputs)
-            return Cmd("Prepare", spec.state.prepare_ids(r, position)[1],
-                       arg=(position, pending))
-        if isinstance(action, WithdrawPrepared):
-            return Cmd("Withdraw", action.step_id)
-        if isinstance(action, StartModelCall):
-            assert isinstance(cur, ModelStep)
-            return Cmd("StartModel", cur.id, "", spec.state.model_effect(r, cur.id, cur.rejects))
-        if isinstance(action, StartToolCalls):
-            assert isinstance(cur, ToolStep)
-            call = cur.call(action.call_ids[0])  # one start per move, in call order
-            assert call is not None
-            # the shell's attempt number; a correct planner only ever names PENDING calls
-            seq = 0 if call.status is ToolCallStatus.PENDING else 1
-            return Cmd("StartToolCall", cur.id, call.call_id,
-                       spec.state.tool_effect(r, cur.id, call.call_id, seq))
-        assert isinstance(action, Idle), action
-        return None
+        (None when the Run ended or is idle). A function of the loaded state, *r* and
+        *position*: computed once per state object (:data:`PLANS`)."""
+        return PLANS.call(_plan, self.impl, _loaded(store, r, position), r, position)
 
     def executing(self, store: CoreStore, r: int) -> tuple[str, ...]:
         """The effect ids Run *r* has EXECUTING (the recovery targets a takeover must decide)."""
-        return tuple(t.effect for t in recovery_targets(store.state(r)))
+        targets: tuple[str, ...] = EXECUTING.call(_executing, store.state(r))
+        return targets
 
     def forged(self, ctx: Any, w: Any) -> Iterator[tuple[str, Any]]:
         """The core-only forgeries (``_core_forged``): hand-built envelopes, mismatched
@@ -165,6 +144,45 @@ class CoreSemantics:
         for _, (label, _status, after, ghost) in forged_outcomes(self.impl, w.store):
             w2 = w if after is None else spec.state.replace(w, store=after)
             yield label, (w2.with_ghost(ghost) if ghost else w2)
+
+
+def _plan(impl: Impl, state: MachineState, r: int, position: int) -> Any:
+    """``CoreSemantics.plan`` on the loaded *state*, without the cache."""
+    if state.status is not RunStatus.ACTIVE:
+        return None
+    action = impl.plan(state)
+    cur = state.current
+    Cmd = spec.state.Cmd
+    if isinstance(action, NeedModelRequest):
+        pending = tuple(i.id for i in state.pending_inputs)
+        return Cmd("Prepare", spec.state.prepare_ids(r, position)[1],
+                   arg=(position, pending))
+    if isinstance(action, WithdrawPrepared):
+        return Cmd("Withdraw", action.step_id)
+    if isinstance(action, StartModelCall):
+        assert isinstance(cur, ModelStep)
+        return Cmd("StartModel", cur.id, "", spec.state.model_effect(r, cur.id, cur.rejects))
+    if isinstance(action, StartToolCalls):
+        assert isinstance(cur, ToolStep)
+        call = cur.call(action.call_ids[0])  # one start per move, in call order
+        assert call is not None
+        # the shell's attempt number; a correct planner only ever names PENDING calls
+        seq = 0 if call.status is ToolCallStatus.PENDING else 1
+        return Cmd("StartToolCall", cur.id, call.call_id,
+                   spec.state.tool_effect(r, cur.id, call.call_id, seq))
+    assert isinstance(action, Idle), action
+    return None
+
+
+def _executing(state: MachineState) -> tuple[str, ...]:
+    """The EffectIDs of the real ``recovery_targets`` of *state*."""
+    return tuple(t.effect for t in recovery_targets(state))
+
+
+#: per (impl, state, run, position) and per state object: the plan and the
+#: executing effects (the stores of a search share their snapshots' states)
+PLANS = IdentityCache(1 << 16)
+EXECUTING = IdentityCache(1 << 16)
 
 
 def _loaded(store: CoreStore, r: int, position: int) -> MachineState:
