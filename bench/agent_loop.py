@@ -66,6 +66,10 @@ from runx_actors.protocol.values import (
 from runx_actors.runtime import LoopDisposition, Settings, open_runtime
 from runx_actors.store.memory import MemoryStore
 
+#: Objects :func:`_deep_size` never enters (shared by every Run, or another Run's).
+_NO_ENTER = (type, type(sys), type(len), type(lambda: 0), type((lambda: 0).__code__),
+             trio.lowlevel.Task, trio.Nursery, trio._core._run.CancelStatus)
+
 
 class CountingModel:
     """Calls the tool ``iterations`` times per Run, then answers with text."""
@@ -259,8 +263,92 @@ def _breakdown(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot,
     }
 
 
+def _deep_size(root: Any, seen: set[int], stop: set[int]) -> int:
+    """Bytes of *root* and what it alone reaches: ``sys.getsizeof`` over
+    ``gc.get_referents``, not entering objects already *seen* (shared ones are counted
+    once, by the first Run that reaches them), objects in *stop* (another owner's roots
+    and the shared services), types, modules, functions, code, trio tasks, nurseries and
+    cancel statuses (they link every Run's tree to every other's)."""
+    total = 0
+    todo = [root]
+    while todo:
+        obj = todo.pop()
+        oid = id(obj)
+        if oid in seen or (oid in stop and obj is not root):
+            continue
+        seen.add(oid)
+        if isinstance(obj, _NO_ENTER) and obj is not root:
+            continue
+        total += sys.getsizeof(obj)
+        todo.extend(gc.get_referents(obj))
+    return total
+
+
+def _object_sizes(rt: Any, executor: Any, n: int) -> dict[str, Any]:
+    """Bytes per parked Run by owner, from the objects themselves (no tracemalloc): the
+    actor (RunActor, mailbox, drive, request, latch, in-flight dict), its Watcher key
+    state and registration, the store writer's projection entry (snapshot and state),
+    the executor's record and its worker task (coroutine frames of the worker, the
+    attempt and the tool), plus each registry's dict slot. Shared objects count once."""
+    runtime = rt.runtime
+    watcher = runtime.watcher
+    projection = rt.writer.projection()
+    actors = runtime._actors
+    keys = watcher._keys
+    records = executor._records
+    tasks = {}
+    for task in executor._nursery.child_tasks:
+        frame_locals = gc.get_referents(task.coro)
+        record = next((x for x in frame_locals if type(x).__name__ == "Record"), None)
+        if record is not None:
+            tasks[id(record)] = task
+    shared = {id(x) for x in (rt, runtime, watcher, executor, rt.writer, projection,
+                              actors, keys, records, executor._nursery, runtime._nursery)}
+    for owner in (rt, runtime, watcher, executor, rt.writer):
+        shared |= {id(getattr(owner, a, None)) for a in
+                   (*getattr(owner, "__dict__", ()), *getattr(type(owner), "__slots__", ()))}
+    stop = set(shared) | {id(a) for a in actors.values()} | {id(s) for s in keys.values()}
+    stop |= {id(s) for s in projection.values()} | {id(r) for r in records.values()}
+    stop |= {id(t) for t in tasks.values()}
+    seen: set[int] = set()
+    sizes: Counter[str] = Counter()
+    for actor in actors.values():
+        sizes["actor (RunActor, mailbox, drive, request, in-flight)"] += _deep_size(
+            actor, seen, stop)
+    for state in keys.values():
+        sizes["Watcher (key state, registration)"] += _deep_size(state, seen,
+                                                                 stop)
+    for snapshot in projection.values():
+        sizes["store projection (Snapshot, MachineState)"] += _deep_size(
+            snapshot, seen, stop)
+    for record in records.values():
+        sizes["executor record"] += _deep_size(record, seen, stop)
+        task = tasks.get(id(record))
+        if task is not None:
+            sizes["executor worker task (coroutines, frames)"] += _deep_size(
+                task, seen, stop)
+    for name, table in (("actors", actors), ("watcher keys", keys),
+                        ("projection", projection), ("executor records", records)):
+        sizes[f"dict slot: {name}"] += sys.getsizeof(table)
+    return {"counts": {"actors": len(actors), "watcher_keys": len(keys),
+                       "projection": len(projection), "records": len(records),
+                       "worker_tasks": len(tasks)},
+            "bytes_per_run": {k: round(v / n) for k, v in sizes.items()},
+            "total_bytes_per_run": round(sum(sizes.values()) / n)}
+
+
+async def _create_runs(rt: Any, n: int, batch: int = 500) -> None:
+    """Create ``run-0`` … ``run-{n-1}``, *batch* at once (set-up, not measured: the
+    writer groups concurrent commits into one transaction, so 100,000 Runs do not cost
+    100,000 fsyncs)."""
+    for first in range(0, n, batch):
+        async with trio.open_nursery() as nursery:
+            for i in range(first, min(n, first + batch)):
+                nursery.start_soon(rt.create_run, f"run-{i}", ["go"])
+
+
 async def idle_actor_rss(n: int, breakdown: bool = False, store_kind: str = "memory",
-                         workdir: str = ".") -> dict[str, Any]:
+                         workdir: str = ".", objects: bool = False) -> dict[str, Any]:
     """RSS growth per Run whose drive waits on an in-flight tool call, on the *store_kind*
     store ("memory": its log is its durable copy and counts here; "sqlite": the log is
     on disk)."""
@@ -279,8 +367,7 @@ async def idle_actor_rss(n: int, breakdown: bool = False, store_kind: str = "mem
             open_local_executor(tools=[tool], models={"bench": model}) as ex, \
             open_runtime(store, ex, scope="idle", builder=BodyBuilder(tool),
                          settings=settings) as rt:
-        for i in range(n):
-            await rt.create_run(f"run-{i}", ["go"])
+        await _create_runs(rt, n)
         model.calls.clear()  # the bench's own bookkeeping, not the Run's
         gc.collect()
         extra: dict[str, Any] = {}
@@ -315,6 +402,8 @@ async def idle_actor_rss(n: int, breakdown: bool = False, store_kind: str = "mem
             tasks.subtract(tasks_before)
             extra["tasks_per_run"] = {k: v / n for k, v in tasks.items() if v}
             extra["breakdown"] = _breakdown(snap_before, snap_after, n)
+        if objects:
+            extra["objects"] = _object_sizes(rt, ex, n)
         live = len(rt.runtime.live_actors())
         parked = _parked(rt)
         # leaving answers the parked drives (RuntimeClosedError, nobody waits for them)
@@ -324,7 +413,7 @@ async def idle_actor_rss(n: int, breakdown: bool = False, store_kind: str = "mem
             "bytes_per_actor": (after - before) / n, **extra}
 
 
-async def resume_time(n: int, workdir: str) -> dict[str, Any]:
+async def resume_time(n: int, workdir: str, profile: str = "") -> dict[str, Any]:
     """Seconds from opening the runtime until every one of *n* active Runs is resumed.
 
     Set-up (not timed): *n* Runs on a SQLite store, each parked on a started tool call
@@ -333,7 +422,8 @@ async def resume_time(n: int, workdir: str) -> dict[str, Any]:
     the store and the runtime — the writer's projection load, takeover reconciliation
     (every target ``attach``-ed: KEEP) and the Reconciler's watch, until the Watcher
     has registered every kept key and read each once (every Run resumed: its Outcome
-    will be settled the moment it exists).
+    will be settled the moment it exists). *profile*: a path to dump a cProfile of the
+    timed part to (it slows that part down).
     """
     from runx_actors.store.sqlite import open_sqlite_store
 
@@ -351,10 +441,10 @@ async def resume_time(n: int, workdir: str) -> dict[str, Any]:
         async with open_sqlite_store(path) as store, \
                 open_runtime(store, ex, scope="resume", builder=BodyBuilder(tool),
                              settings=settings) as rt:
+            await _create_runs(rt, n)
             batch = 250
             for first in range(0, n, batch):
                 for i in range(first, min(n, first + batch)):
-                    await rt.create_run(f"run-{i}", ["go"])
                     await rt.start_drive(f"run-{i}")
                 while _parked(rt) < min(n, first + batch):
                     await trio.sleep(0.005)
@@ -364,23 +454,38 @@ async def resume_time(n: int, workdir: str) -> dict[str, Any]:
             while _parked(rt) < n:
                 await trio.sleep(0.005)
         gc.collect()
+        profiler = None
+        if profile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         start = time.perf_counter()
+        cpu_start = time.process_time()
         async with open_sqlite_store(path) as store, \
                 open_runtime(store, ex, scope="resume", builder=BodyBuilder(tool),
                              settings=settings) as rt:
             opened = time.perf_counter()
+            cpu_opened = time.process_time()
             watcher = rt.runtime.watcher
             while watcher.statistics().keys < n:
                 await trio.sleep(0)
             await trio.testing.wait_all_tasks_blocked()
             resumed = time.perf_counter()
+            cpu_resumed = time.process_time()
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(profile)
             stats = watcher.statistics()
             recovered = rt.recovered
             active = len(rt.writer.projection())
         gate.set()
+    # cpu: this process's CPU time (every thread, the SQLite writer included), which a
+    # loaded machine moves far less than the wall clock
     return {"runs": n, "active": active, "watched_keys": stats.keys,
             "recovery_commits": recovered, "open_seconds": opened - start,
-            "resume_seconds": resumed - start}
+            "resume_seconds": resumed - start, "open_cpu_seconds": cpu_opened - cpu_start,
+            "resume_cpu_seconds": cpu_resumed - cpu_start}
 
 
 def _parked(rt: Any) -> int:
@@ -471,22 +576,27 @@ if __name__ == "__main__":
     parser.add_argument("--breakdown", action="store_true",
                         help="idle measurement: also tasks per Run and a tracemalloc "
                              "breakdown by owner (slower; inflates that run's RSS)")
+    parser.add_argument("--objects", action="store_true",
+                        help="idle measurement: also bytes per Run by owner from the objects "
+                             "themselves (sys.getsizeof over what each owner alone reaches)")
     parser.add_argument("--idle-store", choices=("memory", "sqlite"), default="sqlite",
                         help="store of the idle measurement (default sqlite, the durable "
                              "one; the memory store's log is its durable copy and counts)")
     parser.add_argument("--resume", type=int, default=10000,
                         help="active Runs of the restart measurement (0: skip)")
+    parser.add_argument("--profile", default="",
+                        help="restart measurement: dump a cProfile of the timed part here")
     parser.add_argument("--idle-only", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--resume-only", type=int, default=0, help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.resume_only:
         with tempfile.TemporaryDirectory() as resume_dir:
-            print(json.dumps(trio.run(resume_time, ns.resume_only, resume_dir)))
+            print(json.dumps(trio.run(resume_time, ns.resume_only, resume_dir, ns.profile)))
         sys.exit(0)
     if ns.idle_only:
         with tempfile.TemporaryDirectory() as idle_dir:
             idle = trio.run(idle_actor_rss, ns.idle_only, ns.breakdown, ns.idle_store,
-                            idle_dir)
+                            idle_dir, ns.objects)
         if ns.json or not ns.breakdown:
             print(json.dumps(idle))
         else:

@@ -59,6 +59,7 @@ from ._status import ExecutionStatus as ExecutionStatus
 from ._status import Verdict as Verdict
 from ._watcher import DeliverCallback as DeliverCallback
 from ._watcher import FailCallback as FailCallback
+from ._watcher import Receiver as Receiver
 from ._watcher import Registration as Registration
 from ._watcher import Watcher as Watcher
 from ._watcher import WatcherStatistics as WatcherStatistics

@@ -23,6 +23,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Protocol
 
 import attrs
 import trio
@@ -42,6 +43,7 @@ from ._status import AttachmentState
 __all__ = [
     "DeliverCallback",
     "FailCallback",
+    "Receiver",
     "Registration",
     "WatcherStatistics",
     "Watcher",
@@ -57,6 +59,18 @@ _READERS = 16
 DeliverCallback = Callable[[Outcome], None]
 #: ``fail(key, error)``: synchronous, must not block; ``error`` is a definitive read error.
 FailCallback = Callable[[AssignmentKey, Exception], None]
+
+
+class Receiver(Protocol):
+    """What :meth:`Watcher.watch_for` hands a key's result to: one object instead of two
+    callbacks, so a registration holds no bound method of its own (a waiting Run keeps
+    one registration; issue 11). Both methods are synchronous and must not block."""
+
+    def outcome_arrived(self, outcome: Outcome) -> None:
+        """The key's Outcome (as ``DeliverCallback``)."""
+
+    def read_failed(self, key: AssignmentKey, error: Exception) -> None:
+        """A definitive read error of *key* (as ``FailCallback``)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -140,8 +154,9 @@ class Registration:
 
     __slots__ = ("_active", "_deliver", "_fail", "_state", "_watcher")
 
-    def __init__(self, watcher: Watcher, state: _KeyState, deliver: DeliverCallback,
-                 fail: FailCallback) -> None:
+    def __init__(self, watcher: Watcher, state: _KeyState,
+                 deliver: DeliverCallback | Receiver, fail: FailCallback | None) -> None:
+        # fail is None: deliver is a Receiver (watch_for)
         self._watcher = watcher
         self._state = state
         self._deliver = deliver
@@ -243,6 +258,18 @@ class Watcher:
         Raises:
             trio.ClosedResourceError: the Watcher is closed.
         """
+        return self._register(key, deliver, fail, assignment)
+
+    def watch_for(self, key: AssignmentKey, receiver: Receiver, *,
+                  assignment: Assignment | None = None) -> Registration:
+        """:meth:`watch` with one :class:`Receiver` instead of two callbacks: the Outcome
+        goes to ``receiver.outcome_arrived(outcome)``, a definitive read error to
+        ``receiver.read_failed(key, error)``. Same rules and errors as :meth:`watch`.
+        """
+        return self._register(key, receiver, None, assignment)
+
+    def _register(self, key: AssignmentKey, deliver: DeliverCallback | Receiver,
+                  fail: FailCallback | None, assignment: Assignment | None) -> Registration:
         if self._closed:
             raise trio.ClosedResourceError("the Watcher is closed")
         state = self._keys.get(key)
@@ -250,9 +277,12 @@ class Watcher:
             next_probe = (trio.current_time() + self._probe_after
                           if self._probe_after > 0 else math.inf)
             state = _KeyState(key, assignment, next_probe)
+            registration = Registration(self, state, deliver, fail)
+            state.registrations = [registration]  # exactly one slot: most keys keep one
             self._keys[key] = state
             self._start_turn(state)  # read it at once
-        elif assignment is not None and state.assignment is None:
+            return registration
+        if assignment is not None and state.assignment is None:
             state.assignment = assignment
         registration = Registration(self, state, deliver, fail)
         state.registrations.append(registration)
@@ -353,11 +383,18 @@ class Watcher:
         state.registrations.clear()
         for registration in registrations:
             registration._active = False
+            fail = registration._fail
             try:
-                if isinstance(result, Outcome):
-                    registration._deliver(result)
+                if fail is None:  # a Receiver (watch_for)
+                    receiver: Receiver = registration._deliver  # type: ignore[assignment]
+                    if isinstance(result, Outcome):
+                        receiver.outcome_arrived(result)
+                    else:
+                        receiver.read_failed(state.key, result)
+                elif isinstance(result, Outcome):
+                    registration._deliver(result)  # type: ignore[operator]
                 else:
-                    registration._fail(state.key, result)
+                    fail(state.key, result)
             except Exception:
                 _log.exception("watcher callback failed for %r", state.key)
 

@@ -111,20 +111,17 @@ async def run_tool(found: Tool, assignment: Assignment, arguments: str,
     refused = found.arguments_failure(arguments)
     if refused is not None:
         return ToolExecutionFailed(refused, RetryDisposition.NEVER)
-    values = json.loads(arguments)
-    if found.context:
-        call = functools.partial(found.fn, ToolContext(assignment, emit), **values)
-    else:
-        call = functools.partial(found.fn, **values)
-    # no timeout: no cancel scope either (a parked call then holds one scope fewer)
+    context = ToolContext(assignment, emit) if found.context else None
+    # no timeout: no cancel scope either (a parked call then holds one scope fewer); the
+    # decoded arguments go straight into the call (no local keeps the dict alive)
     limit = trio.move_on_after(found.timeout) if found.timeout else None
     value: Any = None
     try:
         if limit is None:
-            value = await _call(found, call)
+            value = await _call(found, context, json.loads(arguments))
         else:
             with limit:
-                value = await _call(found, call)
+                value = await _call(found, context, json.loads(arguments))
     except ToolError as error:
         return ToolExecutionFailed(error.to_failure(), error.retry)
     except ToolUnknownError as error:
@@ -145,10 +142,15 @@ def _ask(model: Model, request: ModelRequest, emit: ModelEmit) -> Awaitable[Any]
     return model.complete(request)
 
 
-def _call(found: Tool, call: Callable[[], Any]) -> Awaitable[Any]:
-    """The tool call as an awaitable: async tools directly, sync ones in a thread."""
+def _call(found: Tool, context: ToolContext | None,
+          values: dict[str, Any]) -> Awaitable[Any]:
+    """The tool call as an awaitable: async tools called directly (no partial: a running
+    call holds only its own coroutine), sync ones in a thread."""
+    fn = found.fn
     if found.is_async:
-        return call()  # type: ignore[no-any-return]
+        return fn(**values) if context is None else fn(context, **values)  # type: ignore[no-any-return]
+    call = (functools.partial(fn, **values) if context is None
+            else functools.partial(fn, context, **values))
     return trio.to_thread.run_sync(call, abandon_on_cancel=True)
 
 

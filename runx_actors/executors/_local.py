@@ -602,8 +602,9 @@ class LocalExecutor:
         if record.status is ExecutionStatus.ACCEPTED:
             record.status = ExecutionStatus.DISPATCHING
             record.history.append("execution_started")
+        # named by the effect id itself: the key's string, no new one per call (issue 11)
         self._nursery.start_soon(self._work, record, record.worker, record.scope,
-                                 name=f"runx-local {record.key.effect}")
+                                 name=record.key.effect)
 
     def _stop_nowait(self, record: Record, result: OutcomeResult) -> None:
         """Stop a live record with *result* (settled at once when no worker runs)."""

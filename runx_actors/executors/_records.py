@@ -51,12 +51,16 @@ class Record:
     """
 
     __slots__ = ("acknowledged", "assignment", "attempts", "content", "execution",
-                 "history", "orphaned", "outcome", "retry_after", "ring", "running", "scope",
-                 "status", "stop", "superseded", "worker")
+                 "history", "key", "orphaned", "outcome", "retry_after", "ring", "running",
+                 "scope", "status", "stop", "superseded", "worker")
 
     def __init__(self, assignment: Assignment, content: tuple[Any, ...],
                  execution: ExecutionRef, ring: ProgressRing) -> None:
         self.assignment = assignment
+        #: The AssignmentKey (scope, Run, effect) this record executes: one object shared
+        #: by the record table, the progress ring, the Outcome and the settlement log
+        #: (``assignment.key`` builds a new one on every read).
+        self.key: AssignmentKey = ring.key
         self.content = content
         self.status = ExecutionStatus.ACCEPTED
         self.outcome: Outcome | None = None
@@ -72,11 +76,6 @@ class Record:
         self.retry_after: float | None = None  # the last attempt's Retry-After (seconds)
         self.history: list[str] = []
         self.ring = ring
-
-    @property
-    def key(self) -> AssignmentKey:
-        """The AssignmentKey (scope, Run, effect) this record executes."""
-        return self.assignment.key
 
     def note_retry_after(self, seconds: float) -> None:
         """Remember the Retry-After of the attempt that just failed."""

@@ -310,15 +310,19 @@ class RunActor:
             self.mailbox.put_internal_nowait(RUN_CANCELLED)
 
     def _watch(self, key: Any) -> Any:
-        return self.runtime.watcher.watch(key, deliver=self._outcome_arrived,
-                                          fail=self._read_failed)
+        # the actor is the Registration's Receiver: no bound method per watched key
+        return self.runtime.watcher.watch_for(key, self)
 
-    def _outcome_arrived(self, outcome: Any) -> None:
-        # the Watcher hands a key only the Outcome of that very key
+    def outcome_arrived(self, outcome: effect.Outcome) -> None:
+        """Receiver of the actor's Watcher registrations (``effect.Receiver``): queue
+        the Outcome for the drive (internal mailbox path; not a checkpoint, never
+        blocks). The Watcher hands a key only the Outcome of that very key."""
         self.mailbox.put_internal_nowait(_OutcomeArrived(outcome.key, outcome))
 
-    def _read_failed(self, failed_key: Any, error: BaseException) -> None:
-        self.mailbox.put_internal_nowait(_ReadFailed(failed_key, error))
+    def read_failed(self, key: effect.AssignmentKey, error: Exception) -> None:
+        """Receiver of the actor's Watcher registrations: queue a definitive read error
+        of *key* for the drive (not a checkpoint, never blocks)."""
+        self.mailbox.put_internal_nowait(_ReadFailed(key, error))
 
     def _relay_progress(self, key: Any, ctx: LoopContext) -> trio.CancelScope | None:
         """Relay *key*'s progress frames to the drive's sink as provisional events

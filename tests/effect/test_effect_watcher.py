@@ -632,3 +632,53 @@ async def test_watcher_keeps_no_deadline_for_finished_or_dropped_keys(
         assert seen.outcomes == [OUTCOME]
         assert trio.lowlevel.current_statistics().seconds_to_next_deadline == math.inf
         assert trio.current_time() == 0.0
+
+
+class ReceiverRecorder(Recorder):
+    """A :class:`effect.Receiver`: the Recorder's lists, filled through the receiver's
+    two methods (``watch_for``)."""
+
+    def outcome_arrived(self, outcome: effect.Outcome) -> None:
+        self.deliver(outcome)
+
+    def read_failed(self, key: effect.AssignmentKey, error: Exception) -> None:
+        self.fail(key, error)
+
+
+async def test_watch_for_hands_the_outcome_to_the_receiver(autojump_clock: Any) -> None:
+    """``watch_for``: one Receiver instead of two callbacks (issue 11: a waiting Run's
+    registration holds no bound method). The Outcome reaches ``outcome_arrived``, a
+    definitive read error ``read_failed(key, error)``, each once, fanned out beside a
+    callback registration of the same key."""
+    port = FakePort()
+    port.outcomes[KEY] = OUTCOME
+    port.read_errors[KEY2] = [ExecutionNotFoundError("never accepted")]
+    receiver, plain, failing = ReceiverRecorder(), Recorder(), ReceiverRecorder()
+    async with effect.open_watcher(port, probe=-1) as w:
+        registration = w.watch_for(KEY, receiver)
+        w.watch(KEY, plain.deliver, plain.fail)
+        w.watch_for(KEY2, failing)
+        assert registration.key == KEY and registration.active
+        await trio.sleep(1)
+        assert w.statistics().keys == 0
+        assert not registration.active
+    assert receiver.outcomes == [OUTCOME] and receiver.failed == []
+    assert plain.outcomes == [OUTCOME]
+    assert failing.delivered == [] and [(k, type(e)) for _, k, e in failing.failed] == [
+        (KEY2, ExecutionNotFoundError)]
+    assert port.read_count(KEY) == 1 and port.read_count(KEY2) == 1  # one read each
+
+
+async def test_watch_for_cancel_delivers_to_nobody(autojump_clock: Any) -> None:
+    """A cancelled ``watch_for`` registration is dropped like a ``watch`` one: the key's
+    reads stop and nothing reaches the receiver."""
+    port = FakePort()
+    receiver = ReceiverRecorder()
+    async with effect.open_watcher(port, poll=5.0, probe=-1) as w:
+        registration = w.watch_for(KEY, receiver)
+        await trio.sleep(1)
+        registration.cancel()
+        assert w.statistics().keys == 0
+        port.outcomes[KEY] = OUTCOME
+        await trio.sleep(60)
+    assert receiver.delivered == [] and receiver.failed == []

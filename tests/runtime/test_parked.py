@@ -69,9 +69,10 @@ def _task_names() -> list[str]:
     return names
 
 
-def _reachable(root: Any, stop: set[int]) -> list[Any]:
+def _reachable(root: Any, stop: set[int], opaque: tuple[type, ...] = ()) -> list[Any]:
     """Objects reachable from *root* without passing through *stop* (shared objects:
-    the runtime, its executor, Watcher, writer, settings, builder) or code/types."""
+    the runtime, its executor, Watcher, writer, settings, builder) or code/types, nor
+    into an instance of *opaque* (listed, not entered)."""
     seen: set[int] = set()
     out: list[Any] = []
     todo = [root]
@@ -82,7 +83,8 @@ def _reachable(root: Any, stop: set[int]) -> list[Any]:
             continue
         seen.add(id(obj))
         out.append(obj)
-        todo.extend(gc.get_referents(obj))
+        if not (opaque and isinstance(obj, opaque)):
+            todo.extend(gc.get_referents(obj))
     return out
 
 
@@ -133,6 +135,51 @@ async def test_run_act_9_parked_drive_holds_no_task_and_no_log(env, autojump_clo
     assert ticket.result() is result
     assert app.runtime.live_actors() == frozenset()
     assert (await app.record(RUN)).state.status is RunStatus.COMPLETED
+
+
+async def test_parked_run_shares_its_key_and_holds_no_callback_or_partial(
+        env, autojump_clock) -> None:
+    """Issue 11, what a parked Run's in-flight call costs: the actor is its Watcher
+    registration's Receiver (no bound method per key); the executor's record keeps one
+    AssignmentKey object — record table, progress ring, Outcome — and names its worker
+    task with the effect id string itself; the running async tool is called directly
+    (no functools.partial, no kwargs copy held by the worker)."""
+    app, probe = env
+    await app.create_run(RUN, ["use:slow"])
+    await app.start_drive(RUN)
+    await probe.started.wait()
+    await _wait_parked(app, 1)
+    await trio.testing.wait_all_tasks_blocked()
+
+    actor = app.runtime._actors[RUN]
+    held = _reachable(actor, _shared(app))
+    assert not [o for o in held if isinstance(o, types.MethodType)], [
+        o for o in held if isinstance(o, types.MethodType)]
+    (registration,) = actor.in_flight.values()
+    assert registration._deliver is actor and registration._fail is None
+
+    local = app.runtime.executor
+    (key,) = actor.in_flight
+    table_key = next(k for k in local._records if k == key)
+    record = local._records[key]
+    assert record.key is table_key and record.ring.key is table_key
+    workers = []
+    todo = [trio.lowlevel.current_root_task()]
+    while todo:
+        task = todo.pop()
+        if task.name is record.key.effect:
+            workers.append(task)
+        todo.extend(t for nursery in task.child_nurseries for t in nursery.child_tasks)
+    (worker,) = workers
+    # the worker's coroutine chain (worker → run_tool → the tool), not trio's links
+    # from a task to every other (its nursery, cancel status, runner)
+    reach = _reachable(worker.coro, _shared(app) | {id(record)},
+                       (trio.CancelScope, trio.Nursery, trio.lowlevel.Task))
+    assert [o for o in reach if isinstance(o, types.CoroutineType)]  # the tool runs
+    assert not [o for o in reach if isinstance(o, functools.partial)]
+    settled = [r for r in local._records.values() if r.outcome is not None]
+    assert settled and all(r.outcome.key is r.key for r in settled)
+    probe.gate.set()
 
 
 class _RecordingMailbox(_mailbox.Mailbox):
