@@ -382,7 +382,7 @@ async def idle_actor_rss(n: int, breakdown: bool = False, store_kind: str = "mem
         for first in range(0, n, batch):
             for i in range(first, min(n, first + batch)):
                 await rt.start_drive(f"run-{i}")
-            while _parked(rt) < min(n, first + batch):
+            while not _batch_parked(rt, first, min(n, first + batch)):
                 await trio.sleep(0.005)
         # read the settled state — every drive parked on its tool call — not a
         # moment when some model calls, commits or Watcher reads are still in flight
@@ -413,7 +413,29 @@ async def idle_actor_rss(n: int, breakdown: bool = False, store_kind: str = "mem
             "bytes_per_actor": (after - before) / n, **extra}
 
 
-async def resume_time(n: int, workdir: str, profile: str = "") -> dict[str, Any]:
+class _GcTimer:
+    """Seconds spent in the cyclic garbage collector (and collections per generation)
+    from construction until :meth:`stop` (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = [0, 0, 0]
+        self._began = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._began
+            self.collections[info["generation"]] += 1
+
+    def stop(self) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+async def resume_time(n: int, workdir: str, profile: str = "", rounds: int = 1,
+                      freeze: str = "on") -> dict[str, Any]:
     """Seconds from opening the runtime until every one of *n* active Runs is resumed.
 
     Set-up (not timed): *n* Runs on a SQLite store, each parked on a started tool call
@@ -422,8 +444,15 @@ async def resume_time(n: int, workdir: str, profile: str = "") -> dict[str, Any]
     the store and the runtime — the writer's projection load, takeover reconciliation
     (every target ``attach``-ed: KEEP) and the Reconciler's watch, until the Watcher
     has registered every kept key and read each once (every Run resumed: its Outcome
-    will be settled the moment it exists). *profile*: a path to dump a cProfile of the
-    timed part to (it slows that part down).
+    will be settled the moment it exists). *rounds*: restarts measured one after the
+    other over the same Runs (the executor still runs every call). *profile*: a path to
+    dump a cProfile of the first round's timed part to (it slows that part down).
+
+    *freeze* ("on", "off", "alternate"): ``gc.freeze()`` the objects alive before the
+    timed part. They are the executor's (records, the tools' running tasks): a restart
+    of the runtime's process would not have them in its heap, but here one full
+    collection during the resume walks all of them too (~1 s of CPU at 10,000 Runs).
+    "alternate" measures frozen and unfrozen rounds in turn (A/B in one window).
     """
     from runx_actors.store.sqlite import open_sqlite_store
 
@@ -446,51 +475,79 @@ async def resume_time(n: int, workdir: str, profile: str = "") -> dict[str, Any]
             for first in range(0, n, batch):
                 for i in range(first, min(n, first + batch)):
                     await rt.start_drive(f"run-{i}")
-                while _parked(rt) < min(n, first + batch):
+                while not _batch_parked(rt, first, min(n, first + batch)):
                     await trio.sleep(0.005)
             # quiescent: every drive parked on its (blocked) tool call, none on a model
             # step whose Outcome is still on its way
             await trio.testing.wait_all_tasks_blocked()
             while _parked(rt) < n:
                 await trio.sleep(0.005)
-        gc.collect()
-        profiler = None
-        if profile:
-            import cProfile
+        results = []
+        for round_ in range(rounds):
+            gc.collect()
+            # the set-up's survivors — the executor, its records and the tools' tasks —
+            # stand for the executor service's process (see the docstring): frozen out
+            # of the collector's passes, as they would not be in the restarted
+            # process's heap; with freeze="alternate" the odd rounds leave them in
+            frozen = freeze == "on" or (freeze == "alternate" and round_ % 2 == 0)
+            if frozen:
+                gc.freeze()
+            profiler = None
+            if profile and round_ == 0:
+                import cProfile
 
-            profiler = cProfile.Profile()
-            profiler.enable()
-        start = time.perf_counter()
-        cpu_start = time.process_time()
-        async with open_sqlite_store(path) as store, \
-                open_runtime(store, ex, scope="resume", builder=BodyBuilder(tool),
-                             settings=settings) as rt:
-            opened = time.perf_counter()
-            cpu_opened = time.process_time()
-            watcher = rt.runtime.watcher
-            while watcher.statistics().keys < n:
-                await trio.sleep(0)
-            await trio.testing.wait_all_tasks_blocked()
-            resumed = time.perf_counter()
-            cpu_resumed = time.process_time()
-            if profiler is not None:
-                profiler.disable()
-                profiler.dump_stats(profile)
-            stats = watcher.statistics()
-            recovered = rt.recovered
-            active = len(rt.writer.projection())
+                profiler = cProfile.Profile()
+                profiler.enable()
+            gc_time = _GcTimer()
+            start = time.perf_counter()
+            cpu_start = time.process_time()
+            async with open_sqlite_store(path) as store, \
+                    open_runtime(store, ex, scope="resume", builder=BodyBuilder(tool),
+                                 settings=settings) as rt:
+                opened = time.perf_counter()
+                cpu_opened = time.process_time()
+                watcher = rt.runtime.watcher
+                while watcher.statistics().keys < n:
+                    await trio.sleep(0)
+                await trio.testing.wait_all_tasks_blocked()
+                resumed = time.perf_counter()
+                cpu_resumed = time.process_time()
+                gc_time.stop()
+                if profiler is not None:
+                    profiler.disable()
+                    profiler.dump_stats(profile)
+                stats = watcher.statistics()
+                results.append({
+                    "active": len(rt.writer.projection()), "watched_keys": stats.keys,
+                    "recovery_commits": rt.recovered, "open_seconds": opened - start,
+                    "resume_seconds": resumed - start,
+                    "open_cpu_seconds": cpu_opened - cpu_start,
+                    "resume_cpu_seconds": cpu_resumed - cpu_start,
+                    "gc_seconds": gc_time.seconds, "gc_collections": gc_time.collections,
+                    "gc_frozen": frozen})
+            gc.unfreeze()
         gate.set()
     # cpu: this process's CPU time (every thread, the SQLite writer included), which a
-    # loaded machine moves far less than the wall clock
-    return {"runs": n, "active": active, "watched_keys": stats.keys,
-            "recovery_commits": recovered, "open_seconds": opened - start,
-            "resume_seconds": resumed - start, "open_cpu_seconds": cpu_opened - cpu_start,
-            "resume_cpu_seconds": cpu_resumed - cpu_start}
+    # loaded machine moves far less than the wall clock; gc: time inside the cyclic
+    # garbage collector during the timed part (collections by generation)
+    return {"runs": n, **results[0], "rounds": results}
 
 
 def _parked(rt: Any) -> int:
     """Actors whose drive is parked on an Outcome (no task of their own)."""
-    return sum(1 for s in rt.runtime.statistics() if s.parked)
+    return sum(1 for a in rt.runtime._actors.values() if a.parked is not None)
+
+
+def _batch_parked(rt: Any, first: int, end: int) -> bool:
+    """Every one of ``run-{first}`` … ``run-{end-1}`` is parked: polled while the set-up
+    starts drives in batches, so it reads only the batch (polling every actor's
+    statistics there made the 100,000-Run set-up quadratic)."""
+    actors = rt.runtime._actors
+    for i in range(first, end):
+        actor = actors.get(f"run-{i}")
+        if actor is None or actor.parked is None:
+            return False
+    return True
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -511,7 +568,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                              capture_output=True, text=True, check=True)
         results["idle"] = json.loads(out.stdout)
     if args.resume:
-        command = [sys.executable, __file__, "--resume-only", str(args.resume)]
+        command = [sys.executable, __file__, "--resume-only", str(args.resume),
+                   "--resume-rounds", str(args.resume_rounds),
+                   "--resume-gc-freeze", args.resume_gc_freeze]
         out = subprocess.run(command, capture_output=True, text=True, check=True)
         results["resume"] = json.loads(out.stdout)
     return results
@@ -584,6 +643,12 @@ if __name__ == "__main__":
                              "one; the memory store's log is its durable copy and counts)")
     parser.add_argument("--resume", type=int, default=10000,
                         help="active Runs of the restart measurement (0: skip)")
+    parser.add_argument("--resume-rounds", type=int, default=1,
+                        help="restart measurement: restarts measured in a row (median)")
+    parser.add_argument("--resume-gc-freeze", choices=("on", "off", "alternate"),
+                        default="on",
+                        help="restart measurement: gc.freeze() the executor's objects "
+                             "(another process's in the modelled deployment) first")
     parser.add_argument("--profile", default="",
                         help="restart measurement: dump a cProfile of the timed part here")
     parser.add_argument("--idle-only", type=int, default=0, help=argparse.SUPPRESS)
@@ -591,7 +656,8 @@ if __name__ == "__main__":
     ns = parser.parse_args()
     if ns.resume_only:
         with tempfile.TemporaryDirectory() as resume_dir:
-            print(json.dumps(trio.run(resume_time, ns.resume_only, resume_dir, ns.profile)))
+            print(json.dumps(trio.run(resume_time, ns.resume_only, resume_dir, ns.profile,
+                                      ns.resume_rounds, ns.resume_gc_freeze)))
         sys.exit(0)
     if ns.idle_only:
         with tempfile.TemporaryDirectory() as idle_dir:

@@ -383,16 +383,16 @@ class Reconciler:
             raise ValidationError("Reconciler.watch needs a watcher and on_outcome")
         ports = _Ports(watcher=watcher, on_outcome=on_outcome,
                        on_fail=self.on_fail or on_fail or _log_failure)
-        decisions = tuple(self._unwatched.values())
+        decisions = tuple(self._unwatched.items())  # (key, decision): apply built the key
         self._unwatched.clear()
         async with trio.open_nursery() as nursery:
             kept = _Kept(self, nursery, ports)
-            for decision in decisions:
+            for key, decision in decisions:
                 if decision.retry:
                     nursery.start_soon(self._follow, store, decision, ports,
                                        name=f"runx-reconcile {decision.target.effect}")
                 else:  # a plain wait: a Watcher registration, no task until it ends
-                    kept.watch(decision.key(store.scope))
+                    kept.watch(key)
             task_status.started()
             await kept.wait()
 
@@ -482,16 +482,18 @@ class _Kept:
         self._idle = trio.Event()
 
     def watch(self, key: Any) -> None:
-        try:
-            self._ports.watcher.watch(key, deliver=self._deliver, fail=self._fail)
+        try:  # _Kept is every registration's Receiver: no bound method per kept key
+            self._ports.watcher.watch_for(key, self)
         except trio.ClosedResourceError:
             return  # the Watcher closed: the runtime is leaving
         self._outstanding += 1
 
-    def _deliver(self, outcome: Any) -> None:
+    def outcome_arrived(self, outcome: Any) -> None:
+        """Receiver: settle the kept key's Outcome in a task of its own."""
         self._nursery.start_soon(self._settle, outcome, name="runx-reconcile-settle")
 
-    def _fail(self, key: Any, error: Exception) -> None:
+    def read_failed(self, key: Any, error: Exception) -> None:
+        """Receiver: report the kept key's definitive read error in a task."""
         self._nursery.start_soon(self._report, key, error, name="runx-reconcile-report")
 
     async def _settle(self, outcome: Any) -> None:

@@ -388,6 +388,12 @@ async def test_reconcile_watch_holds_no_task_per_kept_key(store, autojump_clock)
             assert app.recovered == 0
             assert app.runtime.watcher.statistics().keys == n
             assert not [t for t in _task_names() if t.startswith("runx-reconcile ")]
+            # each kept key: one registration whose Receiver is the reconciler's _Kept
+            # (no bound method per key; issue 11)
+            states = list(app.runtime.watcher._keys.values())
+            assert all(len(st.registrations) == 1 and st.registrations[0]._fail is None
+                       and not isinstance(st.registrations[0]._deliver, types.MethodType)
+                       for st in states)
             probe.gate.set()
             with trio.fail_after(30):
                 while True:
