@@ -24,7 +24,14 @@ Printed in one invocation, so the figures are comparable:
   (``--resume N``; 0 skips it).
 
 Usage: ``python bench/agent_loop.py [--iterations N] [--runs N] [--idle N]
-[--idle-store sqlite|memory] [--resume N] [--json]``.
+[--idle-store sqlite|memory] [--resume N] [--resume-rounds K]
+[--resume-gc-freeze on|off|alternate] [--json]``.
+The 100,000-Run idle figure: ``python bench/agent_loop.py --idle-only 100000 --idle-store
+sqlite [--objects]`` (set-up ~6 ms of CPU per Run: Runs are created 500 at a time, so
+their commits share transactions, and drives are started 250 at a time, polling only
+that batch). ``--objects`` adds bytes per Run by owner, read from the objects themselves
+(``sys.getsizeof`` over what each owner alone reaches; no tracemalloc, so it is cheap
+enough at 100,000 Runs).
 ``--breakdown`` adds, for the idle measurement, live trio tasks per Run and a tracemalloc
 diff (bytes per Run by owner) taken at the same moment as the RSS reading, once every task
 is blocked (so reads still in flight when the last key registered are not counted);

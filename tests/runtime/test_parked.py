@@ -318,7 +318,9 @@ def _clear_bounded_caches() -> None:
 #: tool's own coroutine, the ids the Run's facts hold) allowed by the structural guard
 #: below. Measured ~7.9 KB with parking and ~11.6 KB with a task per waiting actor
 #: (``_may_park`` forced False), both with start_drive; main (a task per actor and a
-#: caller task per drive) held ~19 KB per Run on the bench's path (issue 11).
+#: caller task per drive) held ~19 KB per Run on the bench's path (issue 11). After the
+#: fifth session's compact in-flight call (Receiver registrations, one key object per
+#: executor record, no partial): ~7.3 KB.
 PARKED_BYTES_BOUND = 9500
 
 
