@@ -166,6 +166,20 @@ def _positive_or_none(_: Any, attribute: attrs.Attribute[Any], value: float | No
         raise ValidationError(f"{attribute.name} must be > 0 or None", value=value)
 
 
+#: Parameter schemas (canonical text) that every JSON object satisfies: for these the
+#: JSON-Schema validation is skipped — ``_checked`` has already required an object, which
+#: is all they ask (RUN-EXE-5; ``test_tool_check_shortcuts`` holds them to jsonschema).
+_ANY_OBJECT_SCHEMAS = frozenset({'{}', '{"type":"object"}',
+                                 '{"properties":{},"type":"object"}'})
+
+
+def _read_signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # no introspectable signature: let the call decide
+        return None
+
+
 def _is_async(fn: Callable[..., Any]) -> bool:
     if inspect.iscoroutinefunction(fn):
         return True
@@ -177,7 +191,10 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 class Tool:
     """A tool the LocalExecutor runs: declaration plus implementation (RUN-EXE-5).
 
-    ``definition_digest`` is computed from ``definition`` (``digest_tool_definition``).
+    ``definition_digest`` is computed from ``definition`` (``digest_tool_definition``);
+    like ``schema`` and ``is_async``, ``signature`` (``inspect.signature(fn)``, None when
+    it has none) and ``any_object`` (the parameters are one of
+    ``_ANY_OBJECT_SCHEMAS``) are computed once, when the Tool is made.
     ``timeout`` (seconds, optional) bounds one execution; when it fires the outcome is
     UNKNOWN with class ``timeout`` (the tool may have had its effect).
     """
@@ -199,6 +216,8 @@ class Tool:
     definition_digest: Digest = attrs.field(init=False)
     schema: Any = attrs.field(init=False, repr=False)
     is_async: bool = attrs.field(init=False, repr=False)
+    signature: inspect.Signature | None = attrs.field(init=False, repr=False)
+    any_object: bool = attrs.field(init=False, repr=False)
 
     @definition_digest.default
     def _digest(self) -> Digest:
@@ -211,6 +230,14 @@ class Tool:
     @is_async.default
     def _async(self) -> bool:
         return _is_async(self.fn)
+
+    @signature.default
+    def _signature(self) -> inspect.Signature | None:
+        return _read_signature(self.fn)
+
+    @any_object.default
+    def _any_object(self) -> bool:
+        return self.definition.parameters in _ANY_OBJECT_SCHEMAS
 
     @property
     def name(self) -> str:
@@ -265,7 +292,7 @@ class Tool:
         if not isinstance(value, dict):
             return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS,
                                "arguments must be a JSON object")
-        errors = schema_errors(value, self.schema)
+        errors = [] if self.any_object else schema_errors(value, self.schema)
         if errors:
             return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS, "; ".join(errors[:5]))
         unbound = self._binding_error(value)
@@ -280,9 +307,8 @@ class Tool:
         return verdict
 
     def _binding_error(self, arguments: dict[str, Any]) -> str | None:
-        try:
-            signature = inspect.signature(self.fn)
-        except (TypeError, ValueError):  # no introspectable signature: let the call decide
+        signature = self.signature
+        if signature is None:  # no introspectable signature: let the call decide
             return None
         try:
             signature.bind(*([None] if self.context else []), **arguments)

@@ -44,7 +44,8 @@ from .state import MachineState
 from .values import AgentInput, CommandID, NewRun, RunID, RunStatus, Scope, ToolFailureOutcome
 
 __all__ = [
-    "CommandEnvelope", "envelope", "Snapshot", "CommitRequest", "CommitStatus",
+    "CommandEnvelope", "envelope", "Snapshot", "CommitRequest", "Prediction",
+    "predict_commit", "CommitStatus",
     "CommitResult", "CommitView", "Replay", "Append", "CommitDecision",
     "PromptTokenGuard", "evaluate_commit", "expected_command_ids", "create_group",
     "BatchResult", "evaluate_batch", "check_batch", "batch_refusal",
@@ -95,10 +96,96 @@ class Snapshot:
 
 @attrs.frozen
 class CommitRequest:
-    """``base`` is the position the caller loaded (only Prepare compares it)."""
+    """``base`` is the position the caller loaded (only Prepare compares it).
+
+    ``predicted`` (not part of equality, hash or repr): the decision the caller already
+    computed for this very request with :func:`predict_commit`, or None. A store's
+    ``evaluate_commit`` returns it instead of deciding again only when it provably equals
+    what deciding again would return (RUN-CMT-10); otherwise it is ignored.
+    """
 
     base: int
     envelope: CommandEnvelope
+    predicted: Prediction | None = attrs.field(default=None, eq=False, repr=False)
+
+
+#: Only :func:`predict_commit` holds this: a Prediction made any other way is ignored.
+_SEAL = object()
+
+
+@attrs.frozen(eq=False, repr=False)
+class Prediction:
+    """What ``evaluate_commit`` decided for a request on one snapshot (RUN-CMT-10).
+
+    ``on`` is the snapshot it was decided on (the Run's, active), ``envelope`` and ``base``
+    the request's, ``decision`` the ``Append``. Made only by :func:`predict_commit`
+    (``seal``); a store trusts it only for the identical snapshot and envelope objects.
+    """
+
+    on: Snapshot
+    envelope: CommandEnvelope
+    base: int
+    decision: Append
+    seal: object
+
+
+class _Ahead:
+    """The CommitView of a prediction: the Run at one snapshot, no replay index (the
+    commands a caller predicts are new; a store still looks its own index up first)."""
+
+    __slots__ = ("snapshot",)
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+
+    def replay_facts(self, command_id: CommandID, run_id: RunID) -> tuple[F.Fact, ...] | None:
+        return None
+
+    def active(self, run_id: RunID) -> Snapshot | None:
+        state = self.snapshot.state
+        if state.run_id == run_id and state.status is RunStatus.ACTIVE:
+            return self.snapshot
+        return None
+
+    def stream_exists(self, run_id: RunID) -> bool:
+        return True
+
+
+def predict_commit(snapshot: Snapshot, request: CommitRequest) -> tuple[CommitRequest, Append]:
+    """Decide *request* on *snapshot* (the Run's state as the caller expects the store to
+    hold it) and return the request carrying that decision, with the decision
+    (RUN-CMT-10). Pure.
+
+    A store given the returned request decides it by looking up its replay index and
+    its snapshot of the Run: the same snapshot object (and no prompt-token guard on a
+    Prepare) means ``evaluate_commit`` would return this very decision, so it is returned
+    without deciding again; anything else (an applied id, a Run that moved, ended or is
+    unknown) is decided in full, exactly as without the prediction.
+
+    Raises: what ``evaluate_commit`` raises on that snapshot (RunTerminalError,
+    CommandConflictError, StaleRuntimeError, EvolveError).
+    """
+    decision = evaluate_commit(_Ahead(snapshot), request)
+    assert isinstance(decision, Append)  # no replay index: never a Replay
+    env = request.envelope
+    prediction = Prediction(snapshot, env, request.base, decision, _SEAL)
+    return CommitRequest(request.base, env, prediction), decision
+
+
+def _predicted(request: CommitRequest, snap: Snapshot,
+               prompt_token_guard: PromptTokenGuard | None) -> Append | None:
+    """The request's own prediction when deciding it on *snap* would give exactly that
+    decision (RUN-CMT-10), else None. Steps 3-11 of ``evaluate_commit`` read nothing
+    but *snap*, the request and the guard: the same snapshot object, the same envelope
+    object and base, and no guard to call give the same answer."""
+    p = request.predicted
+    if (p is None or p.seal is not _SEAL or p.on is not snap
+            or p.envelope is not request.envelope or p.base != request.base):
+        return None
+    if prompt_token_guard is not None and isinstance(p.envelope.command,
+                                                     C.PrepareModelRequest):
+        return None
+    return p.decision
 
 
 class CommitStatus(enum.Enum):
@@ -209,6 +296,9 @@ def evaluate_commit(
     Pure: reads *view*, writes nothing. Steps: replay lookup; locate; envelope; effect
     present; derived id; terminal; hard CAS (Prepare only) and the optional prompt-token
     guard [D-9]; decide exactly once; derived step (Prepare only); evolve each fact.
+    A request carrying its own :func:`predict_commit` decision, made on the very snapshot
+    the view locates (and no guard to call on a Prepare), returns that decision after the
+    replay lookup and locate (RUN-CMT-10): steps 3-11 would compute it again.
 
     Returns:
         ``Replay(facts)`` when the command id is in the index (even if the Run has ended
@@ -234,6 +324,11 @@ def evaluate_commit(
         if view.stream_exists(run_id):
             raise RunTerminalError(f"run {run_id} has ended", run_id=run_id, command=command)
         raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+    # Decided already (RUN-CMT-10): steps 3-11 on this very snapshot gave this Append.
+    if request.predicted is not None:
+        predicted = _predicted(request, snap, prompt_token_guard)
+        if predicted is not None:
+            return predicted
     # 3. Envelope.
     if not run_id or not env.id or (snap.state.run_id != run_id):
         raise CommandConflictError("envelope ids are empty or name another Run",

@@ -6,8 +6,9 @@ I/O it named (style §5). The shell never edits state: failures are reported bac
 core as commands.
 
 Fused commits (RUN-LOP-11): when the drive settles an Outcome it would advance right
-after, ``deliver`` predicts the state the settlement leaves (the pure ``evaluate_commit``
-on its own snapshot), decides what ``advance`` would commit next up to its start barrier
+after, ``deliver`` predicts the state the settlement leaves (the pure ``predict_commit``
+on its own snapshot; the store reuses that decision, RUN-CMT-10), decides what
+``advance`` would commit next up to its start barrier
 — the tool starts/declines the window admits, or the next prepare and model start for a
 builder that reads ``PromptInput.pending`` — and commits the chain as one batch (one
 transaction, each command under its own derived id) before dispatching what it started.
@@ -26,12 +27,11 @@ from .. import effect
 from ..protocol import commands as C
 from ..protocol.canonical import canonical_json_text
 from ..protocol.commit import (
-    Append,
     CommitRequest,
     CommitResult,
     Snapshot,
     envelope,
-    evaluate_commit,
+    predict_commit,
 )
 from ..protocol.digests import digest_model_request, digest_model_result, encode_frozen
 from ..protocol.errors import (
@@ -1022,27 +1022,6 @@ def _window(step: ToolStep, call_ids: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @attrs.frozen
-class _Predicted:
-    """A CommitView holding only a predicted snapshot of the Run (RUN-LOP-11): what
-    ``evaluate_commit`` says about a command on the state the earlier commands of a
-    chain will leave. No replay index: a chain's commands are new."""
-
-    snapshot: Snapshot
-
-    def replay_facts(self, command_id: str, run_id: str) -> tuple[Fact, ...] | None:
-        return None
-
-    def active(self, run_id: str) -> Snapshot | None:
-        state = self.snapshot.state
-        if state.run_id == run_id and state.status is RunStatus.ACTIVE:
-            return self.snapshot
-        return None
-
-    def stream_exists(self, run_id: str) -> bool:
-        return True
-
-
-@attrs.frozen
 class _Start:
     """A start a chain commits: its request index, target and Assignment (the model
     step when it is the model's)."""
@@ -1058,7 +1037,9 @@ class _Start:
 @attrs.define
 class _Chain:
     """Commands one fused commit carries, each decided on the state the ones before it
-    leave (predicted locally with the pure ``evaluate_commit``; RUN-LOP-11)."""
+    leave (predicted locally with the pure ``predict_commit``; RUN-LOP-11). Each request
+    carries its prediction, so the store, finding the Run at the predicted snapshot,
+    does not decide it a second time (RUN-CMT-10)."""
 
     run_id: str
     loaded: Snapshot
@@ -1080,15 +1061,12 @@ class _Chain:
         """Append *command* if it is accepted on the predicted state (its facts and
         bodies become pending); False (nothing added) if it would be refused."""
         try:
-            request = CommitRequest(self.predicted.position,
-                                    envelope(self.run_id, command_id, command))
-            decision = evaluate_commit(_Predicted(self.predicted), request)
+            request, decision = predict_commit(self.predicted, CommitRequest(
+                self.predicted.position, envelope(self.run_id, command_id, command)))
             bodies = _bodies(command)
         except RunxError:
             return False
-        if not isinstance(decision, Append):
-            return False
-        self.requests.append(request)
+        self.requests.append(request)  # carries its decision: the store decides it once
         self.facts.extend(decision.facts)
         self.bodies.extend(bodies)
         self.predicted = decision.snapshot
