@@ -66,6 +66,11 @@ Verdict = effect.Verdict
 
 
 class MissingPolicy(enum.Enum):
+    """What the Reconciler does with a target whose key the executor reports ``missing``
+    at takeover (§6.10; RUN-EXE-16): ``DISPOSE_MISSING`` aborts the key, then disposes
+    of the call; ``REDISPATCH_MISSING`` offers it again through the reconciler's
+    ``redispatch`` route under its DispatchLedger (RUN-ACT-6)."""
+
     DISPOSE_MISSING = "dispose_missing"
     REDISPATCH_MISSING = "redispatch_missing"
 
@@ -82,7 +87,8 @@ class Decision:
     retry: bool = False
     transient: bool = False
 
-    def key(self, scope: str) -> Any:
+    def key(self, scope: str) -> effect.AssignmentKey:
+        """The AssignmentKey ``(scope, run id, effect id)`` of this target in *scope*."""
         return effect.AssignmentKey(scope, self.target.run_id, self.target.effect)
 
 

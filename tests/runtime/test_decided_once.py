@@ -157,5 +157,4 @@ async def test_predicted_commits_write_the_same_bytes(
     fast, slow = counts
     # every command but each Run's first prepare/start (advance, not fused) and the
     # last settlement (a chain of one, committed alone) is fused and predicted
-    print("decides", fast, slow)
     assert slow - fast >= RUNS * (ITERATIONS * 4), (fast, slow)
