@@ -7,7 +7,10 @@ spec's independent oracle (``runx_spec.ids_oracle``). The store is only read: a 
 is opened read-only (``mode=ro``), a PostgreSQL session in a read-only transaction.
 
 What is read: ``scopes`` (the persisted epoch), ``commits`` in ``seq`` order, the events of
-``run/`` streams grouped by the commit that appended them, and the ``runs`` index. Each
+``run/`` streams grouped by the commit that appended them, and the ``runs`` index. The
+commits and the events are streamed by two cursors (:data:`FETCH_ROWS` rows per fetch) and
+merged on the commit's ``seq``: memory holds one batch and one replayed state per Run, not
+the scope's log. With ``run`` only that Run's events are read. Each
 event's bytes are decoded strictly with the production codec (decoding is not under test
 here; a row that does not decode, or whose type column names another fact, is itself a
 violation, rule RUN-WIR-2).
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +40,9 @@ __all__ = ["LogUnreadableError", "LogReport", "check_log", "observe_fact", "EX_N
 EX_NOINPUT = 66
 
 _trace: Any = importlib.import_module("runx_spec.trace")
+
+#: rows fetched per round trip by :func:`check_log`'s streaming reads (memory is one batch)
+FETCH_ROWS = 512
 
 
 class LogUnreadableError(CheckError):
@@ -120,6 +127,7 @@ class _Db:
         self.target = target
         self.pg = target.startswith(("postgres://", "postgresql://")) or (
             "=" in target and not Path(target).exists())
+        self._cursors = 0
         try:
             if self.pg:
                 import psycopg
@@ -140,10 +148,26 @@ class _Db:
                                      reason="open") from exc
 
     def rows(self, sql: str, *params: Any) -> list[Any]:
+        """Every row of a small read (the scopes, the Run index)."""
+        return list(self.stream(sql, *params))
+
+    def stream(self, sql: str, *params: Any) -> Iterator[Any]:
+        """The rows of *sql* one at a time, fetched in batches of :data:`FETCH_ROWS`: the
+        reader holds one batch, never the table (a server-side cursor on PostgreSQL)."""
         if self.pg:
             sql = sql.replace("?", "%s")
         try:
-            return list(self.conn.execute(sql, params).fetchall())
+            if self.pg:
+                self._cursors += 1
+                cursor = self.conn.cursor(name=f"runx_check_{self._cursors}")
+                cursor.itersize = FETCH_ROWS
+            else:
+                cursor = self.conn.cursor()
+                cursor.arraysize = FETCH_ROWS
+            cursor.execute(sql, params)
+            while batch := cursor.fetchmany(FETCH_ROWS):
+                yield from batch
+            cursor.close()
         except Exception as exc:
             raise LogUnreadableError(f"cannot read {self.target}: {exc}", target=self.target,
                                      reason="read") from exc
@@ -152,22 +176,66 @@ class _Db:
         self.conn.close()
 
 
-def _scope_commits(db: _Db, scope: str) -> tuple[list[Any], list[Any], int, set[str]]:
-    """(observed commits, read violations, facts read, Runs with a read violation)."""
+class _Counts:
+    """What one scope's streaming read saw: facts read, read violations, unreadable Runs."""
+
+    def __init__(self) -> None:
+        self.facts = 0
+        self.bad: list[Any] = []
+        self.broken: set[str] = set()
+
+
+def _scope_commits(db: _Db, scope: str, run: str | None,
+                   seen: _Counts) -> Iterator[Any]:
+    """The scope's commits in ``seq`` order, each with the facts it appended, streamed.
+
+    The commits and the ``run/`` events (ordered by the commit that appended them) are read
+    by two cursors and merged on the commit's ``seq``, so memory holds one commit's group,
+    not the scope. With *run* only that Run's events are read; the other Runs' commits are
+    yielded without facts (the scope rules still see every commit). Read violations go to
+    ``seen.bad`` and their Runs to ``seen.broken`` as they are found.
+    """
     V = _trace.Violation
-    events: dict[int, list[Any]] = {}
-    rows = db.rows("SELECT stream, idx, type, data, commit_seq FROM events WHERE scope = ? "
-                   "AND stream LIKE ? ORDER BY commit_seq, idx", scope, "run/%")
-    for row in rows:
-        events.setdefault(int(row[4]), []).append(row)
-    commits, bad = [], []
-    broken: set[str] = set()
-    for seq, cid, epoch, run_id, first, count in db.rows(
+    if run is None:
+        events = db.stream("SELECT stream, idx, type, data, commit_seq FROM events "
+                           "WHERE scope = ? AND stream LIKE ? ORDER BY commit_seq, idx",
+                           scope, "run/%")
+    else:
+        events = db.stream("SELECT stream, idx, type, data, commit_seq FROM events "
+                           "WHERE scope = ? AND stream = ? ORDER BY commit_seq, idx",
+                           scope, "run/" + run)
+    pending = next(events, None)
+
+    def take(seq: int) -> list[Any]:
+        """The next events, all appended under commit *seq* (none if the next differ)."""
+        nonlocal pending
+        group = []
+        while pending is not None and int(pending[4]) == seq:
+            group.append(pending)
+            pending = next(events, None)
+        seen.facts += len(group)
+        return group
+
+    def orphans_before(seq: int | None) -> None:
+        """Report the events of commits below *seq* (None: all left): no commit has them."""
+        while pending is not None and (seq is None or int(pending[4]) < seq):
+            orphans = take(int(pending[4]))
+            seen.bad.append(V(scope, orphans[0][0][len("run/"):], int(orphans[0][1]), "",
+                              int(orphans[0][4]), "INV-10",
+                              f"{len(orphans)} events belong to no commit"))
+
+    for seq, cid, epoch, run_id, first, count in db.stream(
             "SELECT seq, commit_id, epoch, run_id, first_idx, count FROM commits "
             "WHERE scope = ? ORDER BY seq", scope):
-        group = events.pop(int(seq), [])
+        orphans_before(int(seq))
+        group = take(int(seq))
+        if run is not None and run_id != run:
+            # another Run's commit: its events were not read, only the scope rules apply
+            yield _trace.ObservedCommit(int(seq), cid, int(epoch), run_id, int(first), ())
+            continue
         observed = []
-        run = run_id if group or run_id else None
+        current = run_id if group or run_id else None
+        failed = False
         for stream, idx, type_, data, _ in group:
             stream_run = stream[len("run/"):]
             try:
@@ -179,26 +247,25 @@ def _scope_commits(db: _Db, scope: str) -> tuple[list[Any], list[Any], int, set[
                     raise ValueError(f"type column {type_!r} but the bytes hold "
                                      f"{fact.WIRE_NAME!r}")
             except Exception as exc:
-                bad.append(V(scope, stream_run, int(idx), cid, int(seq), "RUN-WIR-2",
-                             f"the stored event is not a readable fact of this commit: {exc}"))
-                broken.add(stream_run)
+                seen.bad.append(V(scope, stream_run, int(idx), cid, int(seq), "RUN-WIR-2",
+                                  f"the stored event is not a readable fact of this commit: "
+                                  f"{exc}"))
+                seen.broken.add(stream_run)
+                failed = True
                 break
             observed.append(observe_fact(fact))
-        if run is not None and run in broken:
+        if failed or (current is not None and current in seen.broken):
             continue
         if len(group) != int(count) or (group and int(group[0][1]) != int(first)):
-            bad.append(V(scope, run or "", int(first), cid, int(seq), "INV-10",
-                         f"the commit index says {count} facts from {first}; the events hold "
-                         f"{len(group)}" + (f" from {group[0][1]}" if group else "")))
-            if run is not None:
-                broken.add(run)
+            seen.bad.append(V(scope, current or "", int(first), cid, int(seq), "INV-10",
+                              f"the commit index says {count} facts from {first}; the events "
+                              f"hold {len(group)}" + (f" from {group[0][1]}" if group else "")))
+            if current is not None:
+                seen.broken.add(current)
             continue
-        commits.append(_trace.ObservedCommit(int(seq), cid, int(epoch), run,
-                                             int(first), tuple(observed)))
-    for seq, orphans in events.items():
-        bad.append(V(scope, orphans[0][0][len("run/"):], int(orphans[0][1]), "", seq,
-                     "INV-10", f"{len(orphans)} events belong to no commit"))
-    return commits, bad, len(rows), broken
+        yield _trace.ObservedCommit(int(seq), cid, int(epoch), current, int(first),
+                                    tuple(observed))
+    orphans_before(None)
 
 
 def _decode(data: bytes) -> Any:
@@ -229,16 +296,25 @@ def check_log(target: str | Path, *, scope: str | None = None,
         violations: list[Any] = []
         runs = commits_n = facts_n = 0
         for name, epoch in scopes:
-            commits, bad, facts, broken = _scope_commits(db, name)
             heads = {r: _trace.RunHead(int(h), bool(a)) for r, h, a in db.rows(
                 "SELECT run_id, head, active FROM runs WHERE scope = ?", name)
-                if (run is None or r == run) and r not in broken}
-            violations += [v for v in bad if run is None or v.run in (run, "")]
-            violations += _trace.validate_scope(name, commits, epoch=epoch, heads=heads,
-                                                runs=None if run is None else [run])
-            runs += len(heads)
-            commits_n += len(commits)
-            facts_n += facts
+                if run is None or r == run}
+            seen = _Counts()
+            judged = [0]
+
+            def counted(commits: Iterator[Any], judged: list[int] = judged) -> Iterator[Any]:
+                for c in commits:
+                    judged[0] += 1
+                    yield c
+
+            found = _trace.validate_scope(
+                name, counted(_scope_commits(db, name, run, seen)), epoch=epoch,
+                heads=heads, runs=None if run is None else [run], unread=seen.broken)
+            violations += [v for v in seen.bad if run is None or v.run in (run, "")]
+            violations += found
+            runs += sum(1 for r in heads if r not in seen.broken)
+            commits_n += judged[0]
+            facts_n += seen.facts
         return LogReport(str(target), tuple(s for s, _ in scopes), runs, commits_n, facts_n,
                          tuple(violations))
     finally:

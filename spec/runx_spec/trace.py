@@ -23,7 +23,7 @@ judged (its state is no longer defined), the other Runs are.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -404,12 +404,17 @@ def _fold(r: _Run, group: tuple[Observed, ...]) -> _Run:
 
 def validate_scope(scope: str, commits: Iterable[ObservedCommit], *, epoch: int,
                    heads: Mapping[str, RunHead] | None = None,
-                   runs: Iterable[str] | None = None) -> list[Violation]:
+                   runs: Iterable[str] | None = None,
+                   unread: Container[str] = frozenset()) -> list[Violation]:
     """Every violation of the reference's rules in one scope's log.
 
-    ``commits`` in append order; ``epoch`` the scope's persisted epoch; ``heads`` the
-    store's Run index (checked against the replay when given); ``runs`` restricts the
-    per-Run judgement to those Run ids (scope rules are checked whatever it says).
+    ``commits`` in append order (any iterable: a reader may stream them); ``epoch`` the
+    scope's persisted epoch; ``heads`` the store's Run index (checked against the replay
+    when given); ``runs`` restricts the per-Run judgement to those Run ids (scope rules are
+    checked whatever it says); ``unread`` the Runs whose stored log the reader could not
+    read (it reports that itself): neither their commits nor their index entry are judged.
+    A streaming reader may add to ``unread`` while ``commits`` is consumed: it is consulted
+    for each commit as it arrives and for the index after the last one.
     """
     only = None if runs is None else set(runs)
     out: list[Violation] = []
@@ -428,7 +433,7 @@ def validate_scope(scope: str, commits: Iterable[ObservedCommit], *, epoch: int,
                                  f"written under epoch {c.epoch} after a commit under {high} "
                                  f"(scope epoch {epoch}): a fenced writer appended"))
         high = max(high, c.epoch)
-        if c.run is None or not c.facts or c.run in broken:
+        if c.run is None or not c.facts or c.run in broken or c.run in unread:
             continue
         if only is not None and c.run not in only:
             continue
@@ -458,7 +463,7 @@ def validate_scope(scope: str, commits: Iterable[ObservedCommit], *, epoch: int,
             broken.add(c.run)
     for run, head in (heads or {}).items():
         r = table.get(run)
-        if run in broken or r is None or r.state is None:
+        if run in broken or run in unread or r is None or r.state is None:
             continue
         active = r.state.status == ACTIVE
         if head.head != r.length - 1 or head.active != active:

@@ -204,17 +204,101 @@ def _observed(db: Path) -> tuple[list[Any], dict[str, Any]]:
     """The clean store's commits as ``runx_spec.trace`` sees them, and its Run index."""
     from runx_spec.trace import RunHead
 
-    from runx_actors.check._tracecheck import _Db, _scope_commits
+    from runx_actors.check._tracecheck import _Counts, _Db, _scope_commits
 
     conn = _Db(str(db))
+    seen = _Counts()
     try:
-        commits, bad, _, _ = _scope_commits(conn, SCOPE)
+        commits = list(_scope_commits(conn, SCOPE, None, seen))
         heads = {r: RunHead(int(h), bool(a)) for r, h, a in conn.rows(
             "SELECT run_id, head, active FROM runs WHERE scope = ?", SCOPE)}
     finally:
         conn.close()
-    assert bad == []
+    assert seen.bad == [] and seen.broken == set()
     return commits, heads
+
+
+def test_the_reader_streams_one_commit_at_a_time(clean_store: Path) -> None:
+    """check --log holds one commit's events, not the scope's: when a commit reaches the
+    judge, the event rows pulled from the store's cursor are those of the commits yielded so
+    far plus one look-ahead row (a reader that loads the whole scope first has pulled all of
+    them at the first)."""
+    from runx_actors.check._tracecheck import _Counts, _Db, _scope_commits
+
+    conn = _Db(str(clean_store))
+    pulled = [0]
+    stream = conn.stream
+
+    def counting(sql: str, *params: Any) -> Any:
+        for row in stream(sql, *params):
+            if "FROM events" in sql:
+                pulled[0] += 1
+            yield row
+
+    conn.stream = counting  # type: ignore[method-assign]
+    seen = _Counts()
+    yielded = 0
+    try:
+        for n, commit in enumerate(_scope_commits(conn, SCOPE, None, seen)):
+            yielded += len(commit.facts)
+            assert seen.facts == yielded and pulled[0] <= yielded + 1, (n, pulled, yielded)
+    finally:
+        conn.close()
+    assert yielded > 50 and pulled[0] == yielded
+
+
+def test_fetch_batch_boundaries_do_not_change_the_verdict(
+        clean_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same report, violations and counts with one row per fetch as with the default
+    batch, on a clean store and on a doctored one (the merge of the two cursors is exact)."""
+    from runx_actors.check import _tracecheck
+
+    db = _copy(clean_store, tmp_path)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE events SET data = X'00' WHERE stream = 'run/approved' AND idx = 4")
+        conn.execute("DELETE FROM events WHERE stream = 'run/run-0' AND idx = 6")
+    wide = [check_log(clean_store), check_log(db), check_log(db, run="run-1")]
+    monkeypatch.setattr(_tracecheck, "FETCH_ROWS", 1)
+    narrow = [check_log(clean_store), check_log(db), check_log(db, run="run-1")]
+    assert narrow == wide
+    assert {v.rule for v in wide[1].violations} == {"RUN-WIR-2", "INV-10"}
+
+
+def test_orphan_events_between_commits(clean_store: Path, tmp_path: Path) -> None:
+    """Events that name a commit the index does not hold are reported where they sit in the
+    merge (before, between and after the commits), and the commits around them still judge."""
+    db = _copy(clean_store, tmp_path)
+    with sqlite3.connect(db) as conn:
+        top = conn.execute("SELECT max(seq) FROM commits").fetchone()[0]
+        for seq, stream in ((0, "run/ghost-a"), (top + 5, "run/ghost-b")):
+            conn.execute("INSERT INTO events (scope, stream, idx, type, data, commit_seq, "
+                         "chain) SELECT scope, ?, idx, type, data, ?, chain FROM events "
+                         "WHERE stream = 'run/run-0' AND idx = 0", (stream, seq))
+        # a middle commit row lost: its group becomes orphan events between two commits
+        middle = conn.execute("SELECT seq, run_id, first_idx FROM commits WHERE run_id = "
+                              "'run-1' AND first_idx > 0 ORDER BY seq LIMIT 1").fetchone()
+        conn.execute("DELETE FROM commits WHERE seq = ?", (middle[0],))
+    found = [(v.rule, v.run, v.seq) for v in check_log(db).violations
+             if "belong to no commit" in v.message]
+    assert found == [("INV-10", "ghost-a", 0), ("INV-10", "run-1", middle[0]),
+                     ("INV-10", "ghost-b", top + 5)], found
+    report = check_log(db)
+    # the Run that lost a commit row is judged broken from there on, the others stay clean
+    assert {v.run for v in report.violations} == {"ghost-a", "ghost-b", "run-1"}
+
+
+def test_an_unreadable_run_is_not_judged_against_its_index(clean_store: Path,
+                                                           tmp_path: Path) -> None:
+    """A Run whose stored fact does not decode gets its RUN-WIR-2 and nothing else: its
+    partial replay is not compared with the Run index (the unread set reaches the judge
+    while it streams), and the count of Runs judged leaves it out."""
+    db = _copy(clean_store, tmp_path)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE events SET data = X'00' WHERE stream = 'run/approved' AND idx = 4")
+    report = check_log(db)
+    assert [(v.rule, v.run, v.position) for v in report.violations] == [
+        ("RUN-WIR-2", "approved", 4)], [v.show() for v in report.violations]
+    assert report.runs == check_log(clean_store).runs - 1
 
 
 def test_scope_rules_of_the_reference_replay(clean_store: Path) -> None:
