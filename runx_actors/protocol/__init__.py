@@ -48,6 +48,8 @@ from .commands import SubmitToolFailure as SubmitToolFailure
 from .commands import SubmitToolResponse as SubmitToolResponse
 from .commands import SubmitToolResult as SubmitToolResult
 from .commands import WithdrawPreparedStep as WithdrawPreparedStep
+from .commit import MAX_ID_BYTES as MAX_ID_BYTES
+from .commit import MAX_NAME_BYTES as MAX_NAME_BYTES
 from .commit import Append as Append
 from .commit import BatchResult as BatchResult
 from .commit import CommandEnvelope as CommandEnvelope
@@ -69,6 +71,7 @@ from .commit import expected_command_ids as expected_command_ids
 from .commit import fold_run as fold_run
 from .commit import initialize_run as initialize_run
 from .commit import validate_identity as validate_identity
+from .commit import validate_name as validate_name
 from .digests import DECISIONS as DECISIONS
 from .digests import FROZEN_TYPES as FROZEN_TYPES
 from .digests import MODEL_REQUEST as MODEL_REQUEST
@@ -513,6 +516,9 @@ __all__ = [
     "initialize_run",
     "fold_run",
     "validate_identity",
+    "validate_name",
+    "MAX_NAME_BYTES",
+    "MAX_ID_BYTES",
     "decide",
     "Phase",
     "phase_of",

@@ -9,6 +9,7 @@ Stores run it inside their writer's critical section and only do the I/O it name
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeAlias
 
@@ -49,7 +50,8 @@ __all__ = [
     "CommitResult", "CommitView", "Replay", "Append", "CommitDecision",
     "PromptTokenGuard", "evaluate_commit", "expected_command_ids", "create_group",
     "BatchResult", "evaluate_batch", "check_batch", "batch_refusal",
-    "initialize_run", "fold_run", "validate_identity",
+    "initialize_run", "fold_run", "validate_identity", "validate_name", "MAX_NAME_BYTES",
+    "MAX_ID_BYTES",
 ]
 
 
@@ -73,14 +75,50 @@ def validate_identity(value: str, what: str) -> None:
         raise ValidationError(f"{what} is not valid UTF-8", value=value) from exc
 
 
+#: the longest name (a Run id, a scope, a foreign stream or type), in UTF-8 bytes (RUN-WIR-1)
+MAX_NAME_BYTES = 512
+#: the longest caller-chosen command or commit id, which may embed a name (``create:<run>``)
+MAX_ID_BYTES = 2 * MAX_NAME_BYTES
+
+# C0 and C1 controls (NUL, tab, newline, DEL …), the line and paragraph separators, and
+# the bidirectional formatting characters (ALM, LRM, RLM, LRE…RLO, LRI…PDI)
+_UNSAFE_IN_NAME = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e"
+                             "\u2066-\u2069]")
+
+
+def validate_name(value: str, what: str, limit: int = MAX_NAME_BYTES) -> None:
+    """Raise ValidationError unless *value* is a valid name (RUN-WIR-1).
+
+    A name — a Run id, a scope, a foreign stream or event type, a command or commit id a
+    caller chooses — is also a key of every store and a line of CLI output: a valid
+    identity (:func:`validate_identity`) of at most *limit* UTF-8 bytes
+    (:data:`MAX_NAME_BYTES`; :data:`MAX_ID_BYTES` for command and commit ids) with no
+    control character (U+0000–U+001F, U+007F–U+009F: NUL, tab, newline …), no line or
+    paragraph separator (U+2028, U+2029) and no bidirectional formatting character
+    (U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069). Derived identities (64 hex
+    digits) always are. The error's ``value`` holds at most the first 64 characters.
+    """
+    validate_identity(value, what)
+    size = len(value.encode("utf-8"))
+    if size > limit:
+        raise ValidationError(f"{what} is {size} UTF-8 bytes, more than {limit}",
+                              value=value[:64], size=size)
+    bad = _UNSAFE_IN_NAME.search(value)
+    if bad is not None:
+        raise ValidationError(f"{what} contains U+{ord(bad.group()):04X} at index "
+                              f"{bad.start()} (a control, line separator or bidirectional "
+                              f"formatting character)", value=value[:64], index=bad.start())
+
+
 def envelope(run_id: RunID, command_id: CommandID, command: C.Command) -> CommandEnvelope:
     """Wrap *command* for commit; ``type`` comes from the command (RUN-WIR-3).
 
     Raises:
-        ValidationError: empty or non-UTF-8 run id or command id, or not a command.
+        ValidationError: empty or non-UTF-8 run id, a command id that is not a valid name
+            (:func:`validate_name`: derived ids always are), or not a command.
     """
     validate_identity(run_id, "run id")
-    validate_identity(command_id, "command id")
+    validate_name(command_id, "command id", MAX_ID_BYTES)
     if type(command) not in C.COMMAND_TYPES:
         raise ValidationError(f"not a command: {command!r}", command=command)
     return CommandEnvelope(type(command).WIRE_NAME, run_id, command_id, command)
@@ -496,10 +534,12 @@ def create_group(new_run: NewRun, inputs: Sequence[AgentInput] = ()) -> tuple[F.
     """The creation group ``(RunCreated, InputAccepted…)`` (RUN-NEW-1, §2.11).
 
     Raises:
-        ValidationError: empty or non-UTF-8 run id, an input with an empty id or digest,
-            duplicate input ids. Zero inputs are allowed.
+        ValidationError: a run id that is not a valid name (:func:`validate_name`: empty,
+            non-UTF-8, over :data:`MAX_NAME_BYTES` bytes, a control or bidirectional
+            character), an input with an empty id or digest, duplicate input ids. Zero
+            inputs are allowed.
     """
-    validate_identity(new_run.run_id, "run id")
+    validate_name(new_run.run_id, "run id")
     seen: set[str] = set()
     for i in inputs:
         if not i.id or not i.digest:

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from ..protocol.commit import Snapshot
-from ..protocol.errors import CorruptRecordError, ProjectionDivergenceError
+from ..protocol.errors import CorruptRecordError, ProjectionDivergenceError, RunNotFoundError
 from ..protocol.facts import Fact
 from ..protocol.state import Open
 from ..protocol.values import Digest, RunID, RunStatus, Scope
@@ -92,6 +92,12 @@ def bump_epoch(conn: Conn, scope: Scope) -> int:
 # -- Run streams -----------------------------------------------------------------------
 
 
+def _unstorable(*texts: str) -> bool:
+    """True when a key holds NUL: PostgreSQL text cannot, so no row has it (the driver
+    would raise DataError on the query; every lookup answers "absent" instead)."""
+    return any("\x00" in t for t in texts)
+
+
 def run_facts(
     conn: Conn, scope: Scope, run_id: RunID, *, start: int = 0, stop: int | None = None,
 ) -> tuple[Fact, ...]:
@@ -101,6 +107,8 @@ def run_facts(
         RunNotFoundError: *start* is 0 and the Run has no stream.
         CorruptRecordError: a row does not decode, or a position is missing.
     """
+    if _unstorable(run_id):
+        raise RunNotFoundError(f"run {run_id!r} not found", run_id=run_id)
     return shared.select_run_facts(conn, _RUN_FACTS, " AND e.idx < %s", scope, run_id,
                                    start, stop)
 
@@ -124,6 +132,8 @@ def record(conn: Conn, scope: Scope, run_id: RunID) -> Snapshot:
 
 
 def stream_exists(conn: Conn, scope: Scope, run_id: RunID) -> bool:
+    if _unstorable(run_id):
+        return False
     row = conn.execute(
         "SELECT 1 FROM runs WHERE scope = %s AND run_id = %s", (scope, run_id)
     ).fetchone()
@@ -340,6 +350,8 @@ def read_stream(conn: Conn, scope: Scope, stream: str) -> tuple[StreamRecord, ..
     Raises:
         CorruptRecordError: an event does not decode (names the stream and index).
     """
+    if _unstorable(stream):
+        return ()
     rows = conn.execute(
         "SELECT e.idx, e.type, e.data, e.chain, c.commit_id, c.epoch FROM events e "
         "LEFT JOIN commits c ON c.seq = e.commit_seq "

@@ -19,6 +19,7 @@ from ..protocol._codec import decode_fact, encode_fact
 from ..protocol._evolve import evolve
 from ..protocol.canonical import read_envelope, typed_envelope
 from ..protocol.commit import (
+    MAX_ID_BYTES,
     Append,
     BatchResult,
     CommitDecision,
@@ -32,6 +33,7 @@ from ..protocol.commit import (
     evaluate_batch,
     evaluate_commit,
     fold_run,
+    validate_name,
 )
 from ..protocol.errors import (
     FrozenValueMissingError,
@@ -354,6 +356,7 @@ class ScopeLog:
         self.check_epoch(epoch)
         if not commit_id:
             raise ValidationError("create_run needs a commit id")
+        validate_name(commit_id, "commit id", MAX_ID_BYTES)
         prior = self.index.get(commit_id)
         if prior is not None:
             facts = tuple(
@@ -383,6 +386,7 @@ class ScopeLog:
         self.check_epoch(epoch)
         if not commit_id:
             raise ValidationError("append_events needs a commit id")
+        validate_name(commit_id, "commit id", MAX_ID_BYTES)
         if commit_id in self.index:
             return CommitStatus.ALREADY_APPLIED
         check_foreign(events)

@@ -21,6 +21,7 @@ from ..protocol.commit import (
     Snapshot,
     batch_refusal,
     check_batch,
+    validate_name,
 )
 from ..protocol.errors import ValidationError
 from ..protocol.facts import EVENT_TYPE_PREFIX, Fact
@@ -50,10 +51,13 @@ class ForeignEvent:
 
 
 def check_foreign(events: Sequence[ForeignEvent]) -> None:
-    """Refuse ``run/`` streams and ``twilight/run/`` types (RUN-SCP-2) with ValidationError."""
+    """Refuse ``run/`` streams and ``twilight/run/`` types (RUN-SCP-2), and a stream or
+    type that is not a valid name (RUN-WIR-1, ``validate_name``), with ValidationError."""
     for e in events:
         if not e.stream or not e.type:
             raise ValidationError("foreign event needs a stream and a type", event=e)
+        validate_name(e.stream, "foreign stream")
+        validate_name(e.type, "foreign event type")
         if e.stream.startswith(RUN_STREAM_PREFIX) or e.type.startswith(EVENT_TYPE_PREFIX):
             raise ValidationError("foreign events may not write Run streams or types", event=e)
 

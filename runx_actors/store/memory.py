@@ -18,6 +18,7 @@ from ..protocol.commit import (
     CommitStatus,
     Snapshot,
     check_batch,
+    validate_name,
 )
 from ..protocol.digests import model_request_from_json
 from ..protocol.errors import ValidationError
@@ -75,6 +76,7 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         if not scope:
             raise ValidationError("scope must be non-empty")
+        validate_name(scope, "scope")
         epoch, projection = self.scope_log(scope).open()
         self._live[scope] = projection
         return MemoryWriter(self, scope, epoch, projection)

@@ -48,7 +48,13 @@ import psycopg
 import trio
 from psycopg_pool import ConnectionPool
 
-from ..protocol.commit import BatchResult, CommitRequest, CommitResult, CommitStatus
+from ..protocol.commit import (
+    BatchResult,
+    CommitRequest,
+    CommitResult,
+    CommitStatus,
+    validate_name,
+)
 from ..protocol.errors import CorruptStoreError, ValidationError
 from ..protocol.values import AgentInput, Digest, NewRun, Scope
 from . import _pg_log as log
@@ -259,12 +265,14 @@ class PostgresStore(SqlStoreBase[PgWriterState]):
         carried out even if the caller is cancelled (earlier writers are then fenced and
         the new writer is simply not returned).
 
-        Raises: ValidationError (empty scope), CorruptRecordError, CorruptLogError, or a
+        Raises: ValidationError (empty scope, or not a valid name: RUN-WIR-1),
+        CorruptRecordError, CorruptLogError, or a
         psycopg error (unknown outcome: opening again is always safe).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         if not scope:
             raise ValidationError("scope must be non-empty")
+        validate_name(scope, "scope")
         if self._closed:
             raise trio.ClosedResourceError("the store is closed")
         try:

@@ -36,7 +36,13 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..protocol.commit import BatchResult, CommitRequest, CommitResult, CommitStatus
+from ..protocol.commit import (
+    BatchResult,
+    CommitRequest,
+    CommitResult,
+    CommitStatus,
+    validate_name,
+)
 from ..protocol.errors import ValidationError
 from ..protocol.values import AgentInput, Digest, NewRun, Scope
 from . import _sqlite_log as log
@@ -228,11 +234,13 @@ class SqliteStore(SqlStoreBase[WriterState]):
         is carried out even if the caller is cancelled (earlier writers are then fenced
         and the new writer is simply not returned).
 
-        Raises: ValidationError (empty scope), CorruptRecordError, CorruptLogError.
+        Raises: ValidationError (empty scope, or not a valid name: RUN-WIR-1),
+        CorruptRecordError, CorruptLogError.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         if not scope:
             raise ValidationError("scope must be non-empty")
+        validate_name(scope, "scope")
         epoch, projection = await self._submit(OpenJob(scope))
         ws = WriterState(scope, epoch, projection)
         self._live[scope] = ws

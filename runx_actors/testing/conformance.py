@@ -35,6 +35,8 @@ from ..protocol import commands as C
 from ..protocol import facts as F
 from ..protocol.canonical import sha256_digest, typed_envelope
 from ..protocol.commit import (
+    MAX_ID_BYTES,
+    MAX_NAME_BYTES,
     Append,
     BatchResult,
     CommitRequest,
@@ -1041,6 +1043,59 @@ async def test_store_batch_validation(store_factory: StoreFactory) -> None:
 
 
 #: Every scenario by its name, in spec order.
+#: names no store may accept (RUN-WIR-1): NUL, newline, DEL, a C1 control, a bidirectional
+#: override, a line separator, and one byte over :data:`MAX_NAME_BYTES`
+HOSTILE_NAMES = ("a\x00b", "a\nb", "a\x7fb", "a\x85b", "a\u202eb", "a\u2028b",
+                 "x" * (MAX_NAME_BYTES + 1))
+#: the same characters in a commit id, and one byte over :data:`MAX_ID_BYTES`
+HOSTILE_IDS = (*HOSTILE_NAMES[:-1], "x" * (MAX_ID_BYTES + 1))
+
+
+async def test_store_names(store_factory: StoreFactory) -> None:
+    """RUN-WIR-1: a name (scope, Run id, foreign stream and type, caller-chosen commit id)
+    with a control, line-separator or bidirectional character, or over its byte limit, is
+    refused with ValidationError before anything is written, on every path (open, create,
+    append); a lookup by a name no Run can carry — NUL included, which PostgreSQL text
+    cannot hold — answers "no such Run" (RunNotFoundError, an empty stream), never a
+    driver error; a name at the limit is accepted."""
+    async with store_factory() as store:
+        for bad in HOSTILE_NAMES:
+            with pytest.raises(ValidationError):
+                await store.open(bad)
+        w = await store.open(SCOPE)
+        for bad_id in HOSTILE_IDS:
+            with pytest.raises(ValidationError):
+                await w.create_run(NewRun("run-1"), [], commit_id=bad_id)
+            with pytest.raises(ValidationError):
+                await w.append_events(bad_id, [ForeignEvent("app/notes", "app/note",
+                                                            {"a": 1})])
+        for bad in HOSTILE_NAMES:
+            with pytest.raises(ValidationError):
+                await w.create_run(NewRun(bad), [], commit_id="create:hostile")
+            with pytest.raises(ValidationError):
+                await w.append_events("evt-1", [ForeignEvent("app/" + bad, "app/note", {})])
+            with pytest.raises(ValidationError):
+                await w.append_events("evt-1", [ForeignEvent("app/notes", "app/" + bad, {})])
+            with pytest.raises(RunNotFoundError):
+                await _load(w, bad)
+            with pytest.raises(RunNotFoundError):
+                await _record(store, bad)
+            assert await (await store.reader(SCOPE)).read_stream("app/" + bad) == ()
+        # nothing was written: the ids refused above are all still free
+        assert (await w.append_events("evt-1", [ForeignEvent("app/notes", "app/note",
+                                                              {"a": 1})])) \
+            is CommitStatus.ACCEPTED
+        with pytest.raises(RunNotFoundError):
+            await _record(store, "run-1")
+        widest = "r" * (MAX_NAME_BYTES - 2) + "\u00e9"  # exactly the limit, in UTF-8 bytes
+        longest_id = "c" * (MAX_ID_BYTES - 3) + "\u20ac"  # exactly the id limit (€: 3 bytes)
+        created = await w.create_run(NewRun(widest), [], commit_id=longest_id)
+        assert created.status is CommitStatus.ACCEPTED
+        assert (await _record(store, widest)).position == 0
+        assert (await w.create_run(NewRun("run-1"), [], commit_id="create:run-1")).status \
+            is CommitStatus.ACCEPTED
+
+
 SCENARIOS: dict[str, Callable[[StoreFactory], Awaitable[None]]] = {
     f.__name__: f
     for f in (
@@ -1051,6 +1106,6 @@ SCENARIOS: dict[str, Callable[[StoreFactory], Awaitable[None]]] = {
         test_store_isolation, test_store_takeover, test_store_reattach,
         test_store_ownership_lost, test_store_frozen_values,
         test_store_batch_prefix, test_store_batch_replay, test_store_batch_fenced,
-        test_store_batch_validation,
+        test_store_batch_validation, test_store_names,
     )
 }

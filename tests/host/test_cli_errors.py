@@ -371,3 +371,30 @@ def test_a_refused_receipt_file_gets_a_hint(tmp_path: Path, content: bytes) -> N
     assert_clean(result, {1})
     lines = result.stderr.splitlines()
     assert lines[0].startswith("runx-actors: verify: ") and lines[1].startswith("hint: ")
+
+
+@pytest.mark.parametrize(("option", "env", "what"), [
+    (["--scope", "a\u202eb"], {}, "scope contains U+202E at index 1"),
+    (["--scope", "s" * 513], {}, "scope is 513 UTF-8 bytes, more than 512"),
+    ([], {"RUNX_RUN_ID": "run\nforged line"}, "run id contains U+000A at index 3"),
+])
+def test_a_hostile_name_is_refused_in_one_line(tmp_path: Path, option: list[str],
+                                                env: dict[str, str], what: str) -> None:
+    """RUN-WIR-1 from the CLI: a scope or run id with a control or bidirectional character,
+    or past the byte limit, is a usage-level refusal (exit 1, one line naming the code point
+    or the size), nothing is stored under it, and no traceback is printed."""
+    (tmp_path / "ws").mkdir()
+    result = run(["skill", str(EXAMPLE), "-i", "objective=x", "-i", "loop_id=l", "-i",
+                  "turn_index=1", "-i", "max_turns=3", *option, "--store", "s.sqlite3"],
+                 tmp_path, **env)
+    assert_clean(result, {1})
+    first = result.output.splitlines()[0]
+    assert first.startswith("runx-actors: skill: ") and what in first, result.output
+    assert "Traceback" not in result.output
+    stores = list(tmp_path.rglob("s.sqlite3"))
+    for db in stores:  # the store may have been opened; no Run and no commit is in it
+        import sqlite3
+
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+            assert conn.execute("SELECT count(*) FROM commits").fetchone() == (0,)

@@ -28,6 +28,7 @@ from runx_actors.testing.conformance import (
     test_store_group_composition,
     test_store_input_queue,
     test_store_isolation,
+    test_store_names,
     test_store_ownership_lost,
     test_store_prepare_cas,
     test_store_projection,
@@ -47,7 +48,7 @@ __all__ = [
     "test_store_settlement_replay", "test_store_settlement_snapshot",
     "test_store_start_and_effect", "test_store_takeover",
     "test_store_batch_prefix", "test_store_batch_replay", "test_store_batch_fenced",
-    "test_store_batch_validation",
+    "test_store_batch_validation", "test_store_names",
 ]
 
 
@@ -71,6 +72,6 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[St
 def test_every_scenario_is_collected() -> None:
     """Scenarios 98-113 and the batch scenarios (RUN-CMT-9) are all here, under their
     spec names."""
-    assert len(SCENARIOS) == 20
+    assert len(SCENARIOS) == 21
     assert set(SCENARIOS) == set(__all__)
     assert all(globals()[name] is fn for name, fn in SCENARIOS.items())

@@ -41,7 +41,7 @@ def test_correct_store_and_executor_pass(tmp_path: Path) -> None:
     done = _pytest(tmp_path, "--runx-store=userstore:good_store",
                    "--runx-executor=userexec:good_executor", "--runx-machine-examples=10")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "28 passed, 2 skipped" in done.stdout, done.stdout[-2000:]
+    assert "29 passed, 2 skipped" in done.stdout, done.stdout[-2000:]
 
 
 def test_store_that_forgets_fencing_is_caught(tmp_path: Path) -> None:
@@ -90,4 +90,4 @@ def test_readme_example_runs(tmp_path: Path) -> None:
     (project / "factories.py").write_text(code)
     done = _pytest(tmp_path, *command[1:], "--runx-machine-examples=10")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "30 passed" in done.stdout, done.stdout[-2000:]
+    assert "31 passed" in done.stdout, done.stdout[-2000:]
