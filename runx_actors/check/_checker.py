@@ -13,7 +13,7 @@ from ._model import Model
 from ._parallel import parallel_bfs
 from ._progress import ProgressCallback, progress_sink
 from ._result import CheckResult, CheckStats, Strategy
-from ._search import Outcome, SearchContext
+from ._search import Outcome, SearchContext, frozen_heap
 
 __all__ = ["check_model"]
 
@@ -93,7 +93,8 @@ def check_model(
             compact=compact,
             report=report,
         )
-        outcome = search(ctx)
+        with frozen_heap(ctx):
+            outcome = search(ctx)
         duration = time.perf_counter() - ctx.start
     stats = CheckStats(
         distinct_states=outcome.distinct_states,
