@@ -344,9 +344,13 @@ class Store:
         return len(self.streams[r]) - 1
 
     def append(self, c: Commit, state: RunState) -> Store:
-        r = c.run
-        streams = tuple((*s, *c.facts) if i == r else s for i, s in enumerate(self.streams))
-        runs = tuple(state if i == r else x for i, x in enumerate(self.runs))
+        r, streams, runs = c.run, self.streams, self.runs
+        if 0 <= r < len(streams) and len(runs) == len(streams):
+            streams = (*streams[:r], (*streams[r], *c.facts), *streams[r + 1:])
+            runs = (*runs[:r], state, *runs[r + 1:])
+        else:  # a Run number outside the store (a broken variant): unchanged, as before
+            streams = tuple((*s, *c.facts) if i == r else s for i, s in enumerate(streams))
+            runs = tuple(state if i == r else x for i, x in enumerate(runs))
         return Store(self.epoch, (*self.log, c), streams, runs, self.cids | {c.cid})
 
 
@@ -431,8 +435,11 @@ class World:
         return replace(self, recs=recs)
 
     def with_owner(self, o: int, owner: Owner) -> World:
-        owners = tuple(owner if i == o else x for i, x in enumerate(self.owners))
-        return replace(self, owners=owners)
+        owners = self.owners
+        if 0 <= o < len(owners):
+            owners = (*owners[:o], owner, *owners[o + 1:])
+        return World(self.store, owners, self.recs, self.inflight, self.crashes,
+                     self.takeovers, self.duplicates, self.inputs_sent, self.ghosts)
 
     def with_ghost(self, note: str) -> World:
         return replace(self, ghosts=(*self.ghosts, note))
