@@ -36,6 +36,11 @@ def check_model(
     against every invariant once, when first discovered. The search stops at the first
     violation. With ``Strategy.BFS`` its trace is a shortest one.
 
+    While the search runs, what the process holds is moved to the cyclic collector's
+    permanent generation every 256 expansions (``gc.freeze``) and handed back when it
+    ends (``gc.unfreeze``), unless the collector is disabled or the caller froze objects
+    itself (``_search.frozen_heap``): the search's own heap is not rescanned.
+
     Args:
         strategy: ``Strategy.BFS`` (default) or ``Strategy.DFS`` (or ``"bfs"`` / ``"dfs"``).
         max_states: stop after this many distinct states (>= 1); the result is then
