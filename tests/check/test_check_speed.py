@@ -79,6 +79,25 @@ def test_incremental_log_report_equals_the_whole_log_walk(variant: str | None) -
         assert breaches, f"{variant}: no store with a log-level breach was compared"
 
 
+def test_the_run_walk_memo_tells_bases_apart() -> None:
+    """The memoized walk step (``_invariants._step_run``) is keyed on what it reads of a
+    commit, the base included: the same model start with a base that had seen a pending
+    input breaks INV-14, and walking the real log first must not hide that."""
+    model = load_model("reference", attrs.evolve(SMALL, stale_reads=True))
+    breaches = 0
+    for w in _worlds(model, 2000):
+        log = w.store.log
+        for i, c in enumerate(log):
+            if any(f.kind == "ModelStepStarted" for f in c.facts):
+                late = attrs.evolve(c, base=10**6)
+                bumped = attrs.evolve(w.store, log=(*log[:i], late, *log[i + 1:]))
+                invariants._log_report(w.store)  # the real log is walked first
+                want = invariants._log_report_batch(bumped)
+                assert invariants._log_report(bumped) == want
+                breaches += "INV-14" in want
+    assert breaches  # some bumped start did break INV-14
+
+
 def test_core_image_log_report_equals_the_whole_log_walk() -> None:
     model = load_model("core", SMALL, "complete_non_executing")
     for w in _worlds(model, 800):
