@@ -55,6 +55,9 @@ class LogReads(Protocol):
         stop: int | None = ...,
     ) -> tuple[Fact, ...]: ...
 
+    def tail_facts(self, conn: Any, scope: Scope, run_id: RunID, count: int
+                   ) -> tuple[Fact, ...]: ...
+
     def read_stream(self, conn: Any, scope: Scope, stream: str) -> tuple[StreamRecord, ...]:
         ...
 
@@ -177,6 +180,15 @@ class SqlReader(Generic[S]):
         Raises: RunNotFoundError, CorruptRecordError.
         """
         return await self._store._call(self._store._log.run_facts, self.scope, run_id)
+
+    async def tail_facts(self, run_id: RunID, count: int) -> tuple[Fact, ...]:
+        """The Run's last *count* facts, checked as :meth:`run_facts` checks them from
+        the row before the first (``SessionReader.tail_facts``). Checkpoint.
+
+        Raises: RunNotFoundError, CorruptRecordError.
+        """
+        return await self._store._call(self._store._log.tail_facts, self.scope, run_id,
+                                       count)
 
     async def read_stream(self, stream: str) -> tuple[StreamRecord, ...]:
         """Every event of *stream*, payloads decoded; () for an unknown stream.

@@ -125,6 +125,12 @@ class MemoryReader:
         await trio.lowlevel.checkpoint()
         return self._store.scope_log(self.scope).facts(run_id)
 
+    async def tail_facts(self, run_id: RunID, count: int) -> tuple[Fact, ...]:
+        """The Run's last *count* facts (all when fewer), decoded strictly.
+        RunNotFoundError. Checkpoint."""
+        await trio.lowlevel.checkpoint()
+        return self._store.scope_log(self.scope).facts(run_id, tail=count)
+
     async def read_stream(self, stream: str) -> tuple[StreamRecord, ...]:
         """Every event of *stream*, payloads decoded; () for an unknown stream."""
         await trio.lowlevel.checkpoint()
