@@ -18,7 +18,6 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
-from ..protocol.canonical import decode_frozen
 from ..protocol.commit import (
     BatchResult,
     CommitRequest,
@@ -27,7 +26,7 @@ from ..protocol.commit import (
     Snapshot,
     check_batch,
 )
-from ..protocol.digests import model_request_from_json
+from ..protocol.digests import model_request_from_frozen
 from ..protocol.errors import FrozenValueMissingError
 from ..protocol.facts import Fact
 from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
@@ -323,4 +322,4 @@ class SqlRunStore(Generic[W]):
     async def frozen_request(self, digest: Digest) -> ModelRequest:
         """The frozen model request. Checkpoint. Raises FrozenValueMissingError."""
         data = await self._writer._store.frozen.get(digest)
-        return model_request_from_json(decode_frozen("model_request", digest, data))
+        return model_request_from_frozen(digest, data)
