@@ -128,6 +128,8 @@ def tail_facts(conn: Conn, scope: Scope, run_id: RunID, count: int) -> tuple[Fac
     """
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
+    if _unstorable(run_id):
+        raise RunNotFoundError(f"run {run_id!r} not found", run_id=run_id)
     row = conn.execute("SELECT head FROM runs WHERE scope = %s AND run_id = %s",
                        (scope, run_id)).fetchone()
     start = max(int(row[0]) + 1 - count, 0) if row is not None else 0

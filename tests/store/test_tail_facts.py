@@ -100,6 +100,8 @@ async def test_the_tail_is_the_end_of_the_log(backend: Any) -> None:
             assert await w.tail_facts(RUN, count) == every[-count:], count
         with pytest.raises(RunNotFoundError):
             await reader.tail_facts("no-such-run", 2)
+        with pytest.raises(RunNotFoundError):  # PostgreSQL text cannot hold NUL: no such Run
+            await reader.tail_facts("no\x00such", 2)
         with pytest.raises(ValueError):
             await reader.tail_facts(RUN, 0)
 
