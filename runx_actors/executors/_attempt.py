@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import trio
 
@@ -45,7 +45,7 @@ from ._fs import TOO_LARGE
 from ._models import Model, ModelEmit, ModelError, StreamingModel
 from ._tools import Tool, ToolContext, ToolError, ToolUnknownError
 
-__all__ = ["run_model", "run_tool", "tool_output", "retryable"]
+__all__ = ["run_model", "run_tool", "streams", "tool_output", "retryable"]
 
 
 async def run_model(model: Model, request: ModelRequest, emit: ModelEmit,
@@ -135,10 +135,18 @@ async def run_tool(found: Tool, assignment: Assignment, arguments: str,
     return tool_output(value, max_output_bytes)
 
 
+def streams(model: object) -> bool:
+    """``isinstance(model, StreamingModel)`` without the runtime Protocol machinery (which
+    rebuilds the protocol's attribute set on every check, ~1% of an agent-loop
+    iteration): the one member ``stream`` is there and not None — what the check tests
+    on an object that does not subclass the protocol (RUN-EXE-12)."""
+    return getattr(model, "stream", None) is not None
+
+
 def _ask(model: Model, request: ModelRequest, emit: ModelEmit) -> Awaitable[Any]:
     """The model's answer as an awaitable (no coroutine frame of its own)."""
-    if isinstance(model, StreamingModel):
-        return model.stream(request, emit)
+    if streams(model):
+        return cast(StreamingModel, model).stream(request, emit)
     return model.complete(request)
 
 

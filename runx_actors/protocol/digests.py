@@ -69,6 +69,7 @@ __all__ = [
     "decision_digest",
     "encode_frozen",
     "decode_frozen_value",
+    "model_request_from_frozen",
 ]
 
 MODEL_REQUEST = "model_request"
@@ -423,3 +424,27 @@ def decode_frozen_value(
             )
         return canonical_json_text(output)
     return canonical_json_text(_single_key(payload, type_name, "payload"))
+
+
+@functools.lru_cache(maxsize=64)
+def _request_from_frozen(digest: Digest, data: bytes) -> ModelRequest:
+    return model_request_from_json(decode_frozen(MODEL_REQUEST, digest, data))
+
+
+def model_request_from_frozen(digest: Digest, data: bytes | bytearray | memoryview
+                              ) -> ModelRequest:
+    """``model_request_from_json(decode_frozen("model_request", digest, data))``: the
+    frozen request stored as *data* under *digest* (§3.7, §4.10; RUN-WIR-4), read strictly
+    (SHA-256 against *digest*, the envelope, the payload).
+
+    Memoised on the pair (*digest*, the bytes themselves): a hit is a pair already read
+    successfully, so the answer is the same; other bytes under the same digest (a damaged
+    body) or the same bytes under another digest miss and are checked in full. Refusals
+    are not memoised. The loop reads the request it just froze once per model step; this
+    keeps it from parsing and decoding it again each time.
+
+    Raises:
+        DecodeError: as :func:`~runx_actors.protocol.canonical.decode_frozen` and
+            :func:`model_request_from_json` (``record="model_request"``).
+    """
+    return _request_from_frozen(digest, data if type(data) is bytes else bytes(data))

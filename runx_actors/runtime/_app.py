@@ -326,15 +326,27 @@ class TranscriptBuilder:
 # -- reads shared by the facade and the inspection CLI ----------------------------------
 
 
+#: How many facts at the end of a Run's log :func:`read_answer` reads first: a Run that
+#: finished with an answer ends ``model_step_completed``, ``run_ended`` (and a fused
+#: batch may add nothing after them), so the answer is almost always in its last two.
+_ANSWER_TAIL = 4
+
+
+def _last_model_step(facts: Sequence[F.Fact]) -> F.ModelStepCompleted | None:
+    for fact in reversed(facts):
+        if isinstance(fact, F.ModelStepCompleted):
+            return fact
+    return None
+
+
 async def read_answer(reader: SessionReader, frozen: FrozenStore,
                       run_id: RunID) -> Answer | None:
     """The last completed model step of *run_id* as an :class:`Answer`; None when no
     model step completed (APP-RES-1). Raises RunNotFoundError, DecodeError,
     CorruptRecordError (its frozen result is missing: RUN-STO-4)."""
-    last: F.ModelStepCompleted | None = None
-    for fact in await reader.run_facts(run_id):
-        if isinstance(fact, F.ModelStepCompleted):
-            last = fact
+    last = _last_model_step(await reader.tail_facts(run_id, _ANSWER_TAIL))
+    if last is None:  # not in the tail: the whole log (a Run that ended otherwise)
+        last = _last_model_step(await reader.run_facts(run_id))
     if last is None:
         return None
     try:

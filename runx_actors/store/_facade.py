@@ -18,7 +18,6 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
-from ..protocol.canonical import decode_frozen
 from ..protocol.commit import (
     BatchResult,
     CommitRequest,
@@ -27,7 +26,7 @@ from ..protocol.commit import (
     Snapshot,
     check_batch,
 )
-from ..protocol.digests import model_request_from_json
+from ..protocol.digests import model_request_from_frozen
 from ..protocol.errors import FrozenValueMissingError
 from ..protocol.facts import Fact
 from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
@@ -54,6 +53,9 @@ class LogReads(Protocol):
         self, conn: Any, scope: Scope, run_id: RunID, *, start: int = ...,
         stop: int | None = ...,
     ) -> tuple[Fact, ...]: ...
+
+    def tail_facts(self, conn: Any, scope: Scope, run_id: RunID, count: int
+                   ) -> tuple[Fact, ...]: ...
 
     def read_stream(self, conn: Any, scope: Scope, stream: str) -> tuple[StreamRecord, ...]:
         ...
@@ -177,6 +179,15 @@ class SqlReader(Generic[S]):
         Raises: RunNotFoundError, CorruptRecordError.
         """
         return await self._store._call(self._store._log.run_facts, self.scope, run_id)
+
+    async def tail_facts(self, run_id: RunID, count: int) -> tuple[Fact, ...]:
+        """The Run's last *count* facts, checked as :meth:`run_facts` checks them from
+        the row before the first (``SessionReader.tail_facts``). Checkpoint.
+
+        Raises: RunNotFoundError, CorruptRecordError.
+        """
+        return await self._store._call(self._store._log.tail_facts, self.scope, run_id,
+                                       count)
 
     async def read_stream(self, stream: str) -> tuple[StreamRecord, ...]:
         """Every event of *stream*, payloads decoded; () for an unknown stream.
@@ -311,4 +322,4 @@ class SqlRunStore(Generic[W]):
     async def frozen_request(self, digest: Digest) -> ModelRequest:
         """The frozen model request. Checkpoint. Raises FrozenValueMissingError."""
         data = await self._writer._store.frozen.get(digest)
-        return model_request_from_json(decode_frozen("model_request", digest, data))
+        return model_request_from_frozen(digest, data)

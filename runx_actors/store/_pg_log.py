@@ -28,7 +28,7 @@ from ._rows import encode_state, fenced
 from .base import StreamRecord
 
 __all__ = [
-    "Conn", "read_epoch", "lock_epoch", "fenced", "bump_epoch", "run_facts", "record",
+    "Conn", "read_epoch", "lock_epoch", "fenced", "bump_epoch", "run_facts", "tail_facts", "record",
     "stream_exists", "commit_exists", "commit_run_facts", "insert_commit", "insert_events",
     "insert_run", "advance_run", "stream_head", "write_cache", "read_cache",
     "rebuild_projection", "frozen_put", "frozen_get", "read_stream", "last_commit_epoch",
@@ -112,6 +112,31 @@ def run_facts(
     return shared.select_run_facts(conn, _RUN_FACTS, " AND e.idx < %s", scope, run_id,
                                    start, stop)
 
+
+
+def tail_facts(conn: Conn, scope: Scope, run_id: RunID, count: int) -> tuple[Fact, ...]:
+    """The Run's last *count* facts (all when it has fewer), checked as :func:`run_facts`
+    checks the rows from the one before the first returned (``SessionReader.tail_facts``).
+
+    The head is read first; a tail shorter than the head promises (a commit landed
+    between the two statements cannot shorten it, so only damage does) is read again
+    from position 0, which raises the damage :func:`run_facts` names.
+
+    Raises:
+        ValueError: *count* < 1.
+        RunNotFoundError, CorruptRecordError, CorruptStoreError: as :func:`run_facts`.
+    """
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    if _unstorable(run_id):
+        raise RunNotFoundError(f"run {run_id!r} not found", run_id=run_id)
+    row = conn.execute("SELECT head FROM runs WHERE scope = %s AND run_id = %s",
+                       (scope, run_id)).fetchone()
+    start = max(int(row[0]) + 1 - count, 0) if row is not None else 0
+    facts = run_facts(conn, scope, run_id, start=start)
+    if start > 0 and len(facts) < count:
+        return run_facts(conn, scope, run_id)[-count:]
+    return facts[-count:]
 
 #: The rows of a Run stream with their commit ids and the Run's head, in one statement.
 _RUN_FACTS = (

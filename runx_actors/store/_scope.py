@@ -210,10 +210,16 @@ class ScopeLog:
     def stream_exists(self, run_id: RunID) -> bool:
         return run_stream(run_id) in self.streams
 
-    def facts(self, run_id: RunID) -> tuple[Fact, ...]:
+    def facts(self, run_id: RunID, *, tail: int | None = None) -> tuple[Fact, ...]:
+        """The Run's facts, decoded (only the last *tail* of them when given, ≥ 1).
+        RunNotFoundError."""
         events = self.streams.get(run_stream(run_id))
         if events is None:
             raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+        if tail is not None:
+            if tail < 1:
+                raise ValueError(f"tail must be at least 1, got {tail}")
+            events = events[-tail:]
         return tuple(decode_fact(e.data) for e in events)
 
     def read_stream(self, stream: str) -> tuple[StreamRecord, ...]:

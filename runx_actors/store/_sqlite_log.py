@@ -23,7 +23,8 @@ from .base import StreamRecord
 
 __all__ = [
     "read_epoch", "read_epoch_and_seq", "max_seq", "check_epoch", "require_epoch",
-    "bump_epoch", "run_facts", "record", "stream_exists", "lookup_commits", "existing_runs",
+    "bump_epoch", "run_facts", "tail_facts", "record", "stream_exists", "lookup_commits",
+    "existing_runs",
     "commit_facts", "insert_commits", "insert_events", "insert_runs", "advance_runs",
     "stream_head", "put_cache", "delete_cache", "read_cache", "rebuild_projection",
     "frozen_put", "frozen_put_many", "frozen_get", "encode_state", "decode_state", "CommitRow",
@@ -101,6 +102,31 @@ def run_facts(
     return shared.select_run_facts(conn, _RUN_FACTS, " AND e.idx < ?", scope, run_id,
                                    start, stop)
 
+
+
+def tail_facts(
+    conn: sqlite3.Connection, scope: Scope, run_id: RunID, count: int,
+) -> tuple[Fact, ...]:
+    """The Run's last *count* facts (all when it has fewer), checked as :func:`run_facts`
+    checks the rows from the one before the first returned (``SessionReader.tail_facts``).
+
+    The head is read first; a tail shorter than the head promises (a commit landed
+    between the two statements cannot shorten it, so only damage does) is read again
+    from position 0, which raises the damage :func:`run_facts` names.
+
+    Raises:
+        ValueError: *count* < 1.
+        RunNotFoundError, CorruptRecordError, CorruptStoreError: as :func:`run_facts`.
+    """
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    row = conn.execute("SELECT head FROM runs WHERE scope = ? AND run_id = ?",
+                       (scope, run_id)).fetchone()
+    start = max(int(row[0]) + 1 - count, 0) if row is not None else 0
+    facts = run_facts(conn, scope, run_id, start=start)
+    if start > 0 and len(facts) < count:
+        return run_facts(conn, scope, run_id)[-count:]
+    return facts[-count:]
 
 #: The rows of a Run stream with their commit ids and the Run's head, in one statement
 #: (one snapshot: a concurrent commit cannot fall between the events and the head).

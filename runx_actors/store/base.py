@@ -130,6 +130,12 @@ class SessionReader(Protocol):
     async def run_facts(self, run_id: RunID) -> tuple[Fact, ...]:
         """Every fact of the Run, decoded strictly."""
 
+    async def tail_facts(self, run_id: RunID, count: int) -> tuple[Fact, ...]:
+        """The Run's last *count* facts (every fact when it has fewer; *count* ≥ 1), in
+        order, decoded strictly, and checked as :meth:`run_facts` checks its rows from the
+        one before the first returned (the chain, the commits, the Run's head: RUN-STO-3).
+        Costs O(*count*), not O(log). Raises RunNotFoundError, CorruptRecordError."""
+
     async def read_stream(self, stream: str) -> tuple[StreamRecord, ...]:
         """Every event of *stream* in order, payloads decoded (empty if no such stream)."""
 

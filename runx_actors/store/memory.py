@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 import trio
 
-from ..protocol.canonical import decode_frozen
 from ..protocol.commit import (
     BatchResult,
     CommitRequest,
@@ -20,7 +19,7 @@ from ..protocol.commit import (
     check_batch,
     validate_name,
 )
-from ..protocol.digests import model_request_from_json
+from ..protocol.digests import model_request_from_frozen
 from ..protocol.errors import ValidationError
 from ..protocol.facts import Fact
 from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
@@ -124,6 +123,12 @@ class MemoryReader:
         """Every fact of the Run, decoded strictly. RunNotFoundError. Checkpoint."""
         await trio.lowlevel.checkpoint()
         return self._store.scope_log(self.scope).facts(run_id)
+
+    async def tail_facts(self, run_id: RunID, count: int) -> tuple[Fact, ...]:
+        """The Run's last *count* facts (all when fewer), decoded strictly.
+        RunNotFoundError. Checkpoint."""
+        await trio.lowlevel.checkpoint()
+        return self._store.scope_log(self.scope).facts(run_id, tail=count)
 
     async def read_stream(self, stream: str) -> tuple[StreamRecord, ...]:
         """Every event of *stream*, payloads decoded; () for an unknown stream."""
@@ -248,4 +253,4 @@ class MemoryRunStore:
     async def frozen_request(self, digest: Digest) -> ModelRequest:
         """The frozen model request. Raises FrozenValueMissingError."""
         data = await self._writer._store.frozen.get(digest)
-        return model_request_from_json(decode_frozen("model_request", digest, data))
+        return model_request_from_frozen(digest, data)

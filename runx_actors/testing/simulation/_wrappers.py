@@ -129,6 +129,11 @@ class SimWriter:
         async with self.world.ctl.real_operation():
             return await self.inner.run_facts(run_id)
 
+    async def tail_facts(self, run_id: str, count: int) -> Any:
+        await self.world.op(f"store.tail_facts {run_id}", (), run_id=run_id)
+        async with self.world.ctl.real_operation():
+            return await self.inner.tail_facts(run_id, count)
+
     async def create_run(self, new_run: Any, inputs: Any = (), **kw: Any) -> Any:
         await self.world.op(f"store.create_run {new_run.run_id}", ())
         async with self.world.ctl.real_operation():
