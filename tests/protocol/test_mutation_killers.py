@@ -1629,3 +1629,26 @@ def test_predict_commit_on_an_ended_or_other_run_is_terminal() -> None:
     assert str(err.value) == "run run-1 has ended"
     assert getattr(err.value, "command", None) == accept
     assert getattr(err.value, "status", None) is None
+
+
+def test_a_name_over_its_byte_limit_or_with_an_unsafe_character_is_refused() -> None:
+    """RUN-WIR-1 (``validate_name`` through ``create_group`` and ``envelope``): a run id
+    of exactly 512 UTF-8 bytes and a command id of exactly 1,024 are names; one byte more,
+    or a control / bidirectional character, is a ValidationError with the exact text, the
+    first 64 characters as ``value`` and the ``size`` or ``index``."""
+    _, accept = B.accept_input(fresh("in-1").state(), "in-2")
+    assert create_group(NewRun("é" * 256, ""))[0].run_id == "é" * 256
+    assert envelope(RUN, "c" * 1024, accept).id == "c" * 1024
+    with pytest.raises(ValidationError) as err:
+        create_group(NewRun("é" * 257, ""))
+    assert str(err.value) == "run id is 514 UTF-8 bytes, more than 512"
+    assert (err.value.value, err.value.size) == ("é" * 64, 514)  # type: ignore[attr-defined]
+    with pytest.raises(ValidationError) as err:
+        envelope(RUN, "c" * 1025, accept)
+    assert str(err.value) == "command id is 1025 UTF-8 bytes, more than 1024"
+    assert (err.value.value, err.value.size) == ("c" * 64, 1025)  # type: ignore[attr-defined]
+    with pytest.raises(ValidationError) as err:
+        create_group(NewRun("x" * 70 + "\u202e", ""))
+    assert str(err.value) == ("run id contains U+202E at index 70 (a control, line "
+                              "separator or bidirectional formatting character)")
+    assert (err.value.value, err.value.index) == ("x" * 64, 70)  # type: ignore[attr-defined]
