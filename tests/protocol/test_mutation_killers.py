@@ -17,6 +17,7 @@ attributes (``reason``, ``command``, ``fact``, ``phase``); the ``refusal`` and
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from typing import Any
 
@@ -24,6 +25,7 @@ import attrs
 import pytest
 
 from runx_actors.protocol import commands as C
+from runx_actors.protocol import commit as commit_module
 from runx_actors.protocol import facts as F
 from runx_actors.protocol._decide import CANCEL_MESSAGE, CANCEL_UNKNOWN_MESSAGE, Phase, decide
 from runx_actors.protocol._evolve import evolve, valid_run_end
@@ -42,6 +44,7 @@ from runx_actors.protocol.commit import (
     expected_command_ids,
     fold_run,
     initialize_run,
+    predict_commit,
     validate_identity,
 )
 from runx_actors.protocol.digests import decision_digest, digest_model_result
@@ -1496,3 +1499,156 @@ def test_batch_validation_errors_carry_the_request_and_the_runs() -> None:
     with pytest.raises(ValidationError) as bad:
         check_batch([one, "nope"])  # type: ignore[list-item]
     assert bad.value.request == "nope"  # type: ignore[attr-defined]
+
+
+# -- RUN-CMT-10: a predicted request is decided once (predict_commit, _Ahead, _predicted;
+# sixth session). tests/protocol/test_predicted_commit.py holds the shortcut to the full
+# evaluation with hypothesis; these are the direct, fast checks mutmut's selection runs.
+
+
+@pytest.fixture
+def decides(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every command ``evaluate_commit`` decides (its call of ``decide``)."""
+    seen: list[Any] = []
+    real = commit_module.decide
+
+    def counting(state: Any, command: Any) -> Any:
+        seen.append(command)
+        return real(state, command)
+
+    monkeypatch.setattr(commit_module, "decide", counting)
+    return seen
+
+
+def _carrying_a_wrong_decision(request: CommitRequest) -> CommitRequest:
+    """*request* with its sealed prediction's decision replaced by an empty Append: an
+    answer with no facts shows the shortcut answered, not the full evaluation."""
+    assert request.predicted is not None
+    bogus = Append((), request.predicted.on)
+    return attrs.evolve(request, predicted=attrs.evolve(request.predicted, decision=bogus))
+
+
+def _predicted_prepare() -> tuple[B.SimpleLog, CommitRequest, CommitRequest, Append]:
+    log = fresh("in-1")
+    plain = log.request(*B.prepare(log.state(), log.position()))
+    predicted, decision = predict_commit(log.snapshot(), plain)
+    return log, plain, predicted, decision
+
+
+def test_predict_commit_returns_the_request_with_its_sealed_decision(
+        decides: list[Any]) -> None:
+    """RUN-CMT-10: the returned request equals the plain one and carries a Prediction of
+    this snapshot, envelope, base and decision; the store answers it with that very
+    decision without calling decide, and the decision is the full evaluation's."""
+    log, plain, predicted, decision = _predicted_prepare()
+    snap = log.snapshot()
+    assert isinstance(decision, Append) and decision.facts
+    assert decision == evaluate_commit(log, plain)
+    assert predicted == plain and predicted.base == plain.base == log.position()
+    assert predicted.envelope is plain.envelope
+    p = predicted.predicted
+    assert p is not None
+    assert (p.on, p.envelope, p.base, p.decision) == (snap, plain.envelope, plain.base,
+                                                      decision)
+    assert p.on is snap and p.envelope is plain.envelope and p.decision is decision
+    decides.clear()
+    assert evaluate_commit(log, predicted) is decision
+    assert decides == []
+    decides.clear()
+    assert evaluate_commit(log, _carrying_a_wrong_decision(predicted)) == Append((), snap)
+    assert decides == []
+
+
+def test_a_predicted_request_off_its_conditions_is_decided_in_full(
+        decides: list[Any]) -> None:
+    """RUN-CMT-10: each condition alone sends the request to the full evaluation (the
+    wrong carried decision is not returned): another snapshot object equal to the
+    predicted one, another envelope object, another base, an unsealed Prediction."""
+    log, plain, predicted, decision = _predicted_prepare()
+    wrong = _carrying_a_wrong_decision(predicted)
+    assert wrong.predicted is not None
+    twin = copy.deepcopy(log.snapshot())
+    assert twin == log.snapshot() and twin is not log.snapshot()
+    saved, log._active[RUN] = log._active[RUN], twin
+    assert evaluate_commit(log, wrong) == decision
+    log._active[RUN] = saved
+    other_env = attrs.evolve(wrong, envelope=envelope(RUN, plain.envelope.id,
+                                                      plain.envelope.command))
+    assert other_env.envelope == plain.envelope
+    assert other_env.envelope is not plain.envelope
+    assert evaluate_commit(log, other_env) == decision
+    with pytest.raises(CommandConflictError):  # the full check: the id derives from base
+        evaluate_commit(log, attrs.evolve(wrong, base=plain.base + 1))
+    forged = attrs.evolve(wrong, predicted=attrs.evolve(wrong.predicted, seal=object()))
+    decides.clear()
+    assert evaluate_commit(log, forged) == decision
+    assert len(decides) == 1
+
+
+def test_a_prompt_token_guard_forbids_the_shortcut_only_on_a_prepare(
+        decides: list[Any]) -> None:
+    """[D-9] with RUN-CMT-10: a store with a guard decides a predicted Prepare in full,
+    calling the guard; a predicted StartModelExecution is still answered from its
+    prediction (no guard to call on it)."""
+    log, _, predicted, _ = _predicted_prepare()
+    seen: list[tuple[str, str, str]] = []
+
+    def guard(scope: str, run_id: str, token: str) -> None:
+        seen.append((scope, run_id, token))
+        raise StaleRuntimeError("prompt token is stale")
+
+    with pytest.raises(StaleRuntimeError) as err:
+        evaluate_commit(log, _carrying_a_wrong_decision(predicted), scope="scope-9",
+                        prompt_token_guard=guard)
+    assert str(err.value) == "prompt token is stale"
+    assert seen == [("scope-9", RUN, "")]
+    log.submit(predicted)
+    start = log.request(*B.start_model(log.state()))
+    start_predicted, start_decision = predict_commit(log.snapshot(), start)
+    decides.clear()
+    answer = evaluate_commit(log, start_predicted, scope="scope-9", prompt_token_guard=guard)
+    assert answer is start_decision and decides == [] and len(seen) == 1
+
+
+def test_predict_commit_on_an_ended_or_other_run_is_terminal() -> None:
+    """The prediction's view holds one Run at one snapshot and knows every stream: an
+    ended snapshot, or a request for another Run, is RunTerminalError naming the
+    request's Run and command (not RunNotFoundError, not an envelope conflict)."""
+    log = fresh("in-1")
+    other = log.request(*B.accept_input(log.state(), "in-2"), run_id="run-2")
+    with pytest.raises(RunTerminalError) as err:
+        predict_commit(log.snapshot(), other)
+    assert str(err.value) == "run run-2 has ended"
+    assert (err.value.run_id, err.value.command) == ("run-2", other.envelope.command)  # type: ignore[attr-defined]
+    cid, accept = B.accept_input(log.state(), "in-2")
+    log.apply(B.cancel(log.state()))
+    ended = log.snapshot()
+    assert ended.state.status is not RunStatus.ACTIVE
+    with pytest.raises(RunTerminalError) as err:
+        predict_commit(ended, log.request(cid, accept))
+    assert str(err.value) == "run run-1 has ended"
+    assert getattr(err.value, "command", None) == accept
+    assert getattr(err.value, "status", None) is None
+
+
+def test_a_name_over_its_byte_limit_or_with_an_unsafe_character_is_refused() -> None:
+    """RUN-WIR-1 (``validate_name`` through ``create_group`` and ``envelope``): a run id
+    of exactly 512 UTF-8 bytes and a command id of exactly 1,024 are names; one byte more,
+    or a control / bidirectional character, is a ValidationError with the exact text, the
+    first 64 characters as ``value`` and the ``size`` or ``index``."""
+    _, accept = B.accept_input(fresh("in-1").state(), "in-2")
+    assert create_group(NewRun("é" * 256, ""))[0].run_id == "é" * 256
+    assert envelope(RUN, "c" * 1024, accept).id == "c" * 1024
+    with pytest.raises(ValidationError) as err:
+        create_group(NewRun("é" * 257, ""))
+    assert str(err.value) == "run id is 514 UTF-8 bytes, more than 512"
+    assert (err.value.value, err.value.size) == ("é" * 64, 514)  # type: ignore[attr-defined]
+    with pytest.raises(ValidationError) as err:
+        envelope(RUN, "c" * 1025, accept)
+    assert str(err.value) == "command id is 1025 UTF-8 bytes, more than 1024"
+    assert (err.value.value, err.value.size) == ("c" * 64, 1025)  # type: ignore[attr-defined]
+    with pytest.raises(ValidationError) as err:
+        create_group(NewRun("x" * 70 + "\u202e", ""))
+    assert str(err.value) == ("run id contains U+202E at index 70 (a control, line "
+                              "separator or bidirectional formatting character)")
+    assert (err.value.value, err.value.index) == ("x" * 64, 70)  # type: ignore[attr-defined]
