@@ -116,6 +116,7 @@ class _Main(click.Group):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         self.debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
         try:
+            _check_utf8(sys.argv[1:] if args is None else list(args))
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.UsageError as exc:
             exc.show()
@@ -135,6 +136,20 @@ class _Main(click.Group):
 
     #: Set by ``--debug`` or ``RUNX_ACTORS_DEBUG``: print tracebacks of errors.
     debug: bool = False
+
+
+def _check_utf8(args: Sequence[str]) -> None:
+    """Refuse (usage, exit 64) an argument that is not UTF-8: the shell passed bytes
+    Python could only keep as lone surrogates, which no name (RUN-WIR-1), path of a
+    store or JSON document can hold."""
+    for n, arg in enumerate(args, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise click.UsageError(
+                f"argument {n} ({arg!r}) is not valid UTF-8 (byte "
+                f"{ord(arg[exc.start]) - 0xDC00:#04x} at index {exc.start}); names, paths "
+                f"and documents must be UTF-8") from None
 
 
 def _one_line(text: str, limit: int = 500) -> str:

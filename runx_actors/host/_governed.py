@@ -283,7 +283,7 @@ class GovernedSession:
         """
         opened = (await self.governed(run_id)).opened
         if opened is None:
-            raise UnknownRunError(f"unknown run {run_id}", run_id=run_id)
+            raise UnknownRunError(f"unknown run {run_id!r}", run_id=run_id)
         self._pins[run_id] = opened.get("created_at_pin")
         return opened
 
@@ -450,7 +450,7 @@ class GovernedSession:
         """
         gov = await self.governed(run_id)
         if gov.opened is None:
-            raise UnknownRunError(f"unknown run {run_id}", run_id=run_id)
+            raise UnknownRunError(f"unknown run {run_id!r}", run_id=run_id)
         if gov.sealed is not None:
             return await self.stored(gov)
         state = await self.state(run_id)

@@ -227,7 +227,7 @@ def resume(*, run_id: str, answers: str, receipt_dir: str | None, store: str | N
         host = _host(receipt_dir, store, env, cwd)
         document = _read_answers(answers, cwd)
         if not host.store.is_file():
-            raise UnknownRunError(f"unknown run {run_id}: there is no run store at "
+            raise UnknownRunError(f"unknown run {run_id!r}: there is no run store at "
                                   f"{host.store}", run_id=run_id)
 
         async def main() -> Any:

@@ -290,7 +290,7 @@ async def resume_run(store: Any, run_id: str, answers: Any, *, config: HostConfi
     reader = await store.reader(scope)
     gov = fold_governed(run_id, await reader.read_stream(governed_stream(run_id)))
     if gov.opened is None:
-        raise UnknownRunError(f"unknown run {run_id}", run_id=run_id)
+        raise UnknownRunError(f"unknown run {run_id!r}", run_id=run_id)
     opened = gov.opened
     package = await trio.to_thread.run_sync(load_package, str(opened["package_path"]))
     runner_name = str(opened["runner"])

@@ -28,7 +28,14 @@ from ..protocol.canonical import (
     parse_json_strict,
     typed_envelope,
 )
-from ..protocol.commit import CommitRequest, CommitResult, CommitStatus, Snapshot, envelope
+from ..protocol.commit import (
+    CommitRequest,
+    CommitResult,
+    CommitStatus,
+    Snapshot,
+    envelope,
+    validate_name,
+)
 from ..protocol.digests import decision_digest, digest_tool_response_payload
 from ..protocol.errors import (
     CorruptRecordError,
@@ -653,9 +660,14 @@ class Runtime:
 
         For None: every Run's events as the runtime emits them (never ends before the
         runtime closes; no ordering promise across Runs).
+
+        Raises: ValidationError at the call for a *run_id* that is not a valid name
+        (RUN-WIR-1, ``validate_name``): no Run can carry it, so its stream would never
+        start.
         """
         if run_id is None:
             return self.runtime.hub.subscribe(None)
+        validate_name(run_id, "run id")
         return self._run_events(run_id, since)
 
     async def _log_commits(self, run_id: RunID, start: int) -> tuple[list[Event], bool]:

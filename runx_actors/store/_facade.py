@@ -19,12 +19,14 @@ from typing import Any, Generic, Protocol, TypeVar
 import trio
 
 from ..protocol.commit import (
+    MAX_ID_BYTES,
     BatchResult,
     CommitRequest,
     CommitResult,
     CommitStatus,
     Snapshot,
     check_batch,
+    validate_name,
 )
 from ..protocol.digests import model_request_from_frozen
 from ..protocol.errors import FrozenValueMissingError
@@ -226,8 +228,13 @@ class SqlWriter(SqlReader[S]):
         """Create a Run plus *extra_events* in one commit (RUN-NEW-1, D-8). Checkpoint.
 
         Cancellation: see the module docstring.
-        Raises: OwnershipLostError (nothing written), RunExistsError, ValidationError.
+        Raises: OwnershipLostError (nothing written), RunExistsError, ValidationError (a
+        run id or commit id that is not a valid name, RUN-WIR-1: checked before anything
+        reads or writes by it).
         """
+        validate_name(new_run.run_id, "run id")
+        if commit_id:
+            validate_name(commit_id, "commit id", MAX_ID_BYTES)
         return await self._store._create_run(self._ws, new_run, inputs, commit_id,
                                              extra_events)
 
@@ -235,8 +242,11 @@ class SqlWriter(SqlReader[S]):
         """Append foreign events under *commit_id* (§4.8). Checkpoint.
 
         Raises: OwnershipLostError (nothing written), ValidationError (``run/`` streams,
-        ``twilight/run/`` types, no events, empty commit id).
+        ``twilight/run/`` types, no events, empty commit id, a commit id, stream or type
+        that is not a valid name — RUN-WIR-1, checked before anything reads by it).
         """
+        if commit_id:
+            validate_name(commit_id, "commit id", MAX_ID_BYTES)
         return await self._store._append_events(self._ws, commit_id, events)
 
     async def commit(self, request: CommitRequest) -> CommitResult:

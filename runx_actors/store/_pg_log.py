@@ -25,7 +25,7 @@ from ..protocol.values import Digest, RunID, RunStatus, Scope
 from . import _rows as shared
 from ._chain import genesis, link
 from ._rows import encode_state, fenced
-from .base import StreamRecord
+from .base import StreamRecord, unstorable
 
 __all__ = [
     "Conn", "read_epoch", "lock_epoch", "fenced", "bump_epoch", "run_facts", "tail_facts", "record",
@@ -92,12 +92,6 @@ def bump_epoch(conn: Conn, scope: Scope) -> int:
 # -- Run streams -----------------------------------------------------------------------
 
 
-def _unstorable(*texts: str) -> bool:
-    """True when a key holds NUL: PostgreSQL text cannot, so no row has it (the driver
-    would raise DataError on the query; every lookup answers "absent" instead)."""
-    return any("\x00" in t for t in texts)
-
-
 def run_facts(
     conn: Conn, scope: Scope, run_id: RunID, *, start: int = 0, stop: int | None = None,
 ) -> tuple[Fact, ...]:
@@ -107,8 +101,6 @@ def run_facts(
         RunNotFoundError: *start* is 0 and the Run has no stream.
         CorruptRecordError: a row does not decode, or a position is missing.
     """
-    if _unstorable(run_id):
-        raise RunNotFoundError(f"run {run_id!r} not found", run_id=run_id)
     return shared.select_run_facts(conn, _RUN_FACTS, " AND e.idx < %s", scope, run_id,
                                    start, stop)
 
@@ -128,7 +120,7 @@ def tail_facts(conn: Conn, scope: Scope, run_id: RunID, count: int) -> tuple[Fac
     """
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
-    if _unstorable(run_id):
+    if unstorable(scope, run_id):
         raise RunNotFoundError(f"run {run_id!r} not found", run_id=run_id)
     row = conn.execute("SELECT head FROM runs WHERE scope = %s AND run_id = %s",
                        (scope, run_id)).fetchone()
@@ -157,8 +149,6 @@ def record(conn: Conn, scope: Scope, run_id: RunID) -> Snapshot:
 
 
 def stream_exists(conn: Conn, scope: Scope, run_id: RunID) -> bool:
-    if _unstorable(run_id):
-        return False
     row = conn.execute(
         "SELECT 1 FROM runs WHERE scope = %s AND run_id = %s", (scope, run_id)
     ).fetchone()
@@ -375,7 +365,7 @@ def read_stream(conn: Conn, scope: Scope, stream: str) -> tuple[StreamRecord, ..
     Raises:
         CorruptRecordError: an event does not decode (names the stream and index).
     """
-    if _unstorable(stream):
+    if unstorable(scope, stream):
         return ()
     rows = conn.execute(
         "SELECT e.idx, e.type, e.data, e.chain, c.commit_id, c.epoch FROM events e "

@@ -36,7 +36,6 @@ import attrs
 from psycopg_pool import ConnectionPool
 
 from ..protocol.commit import (
-    MAX_ID_BYTES,
     Append,
     BatchResult,
     CommitRequest,
@@ -48,7 +47,6 @@ from ..protocol.commit import (
     evaluate_batch,
     evaluate_commit,
     fold_run,
-    validate_name,
 )
 from ..protocol.errors import RunExistsError, RunNotFoundError, ValidationError
 from ..protocol.facts import Fact
@@ -257,7 +255,6 @@ class CreateJob(Job[CommitResult]):
         run_id = self.new_run.run_id
         if not self.commit_id:
             raise ValidationError("create_run needs a commit id")
-        validate_name(self.commit_id, "commit id", MAX_ID_BYTES)
         prior = log.commit_run_facts(tx.conn, tx.scope, self.commit_id, run_id)
         if prior is not None:
             return CommitResult(CommitStatus.ALREADY_APPLIED, tx.load(run_id), prior), ()
@@ -289,7 +286,6 @@ class AppendJob(Job[CommitStatus]):
     def run(self, tx: _Tx) -> tuple[CommitStatus, Sequence[Change]]:
         if not self.commit_id:
             raise ValidationError("append_events needs a commit id")
-        validate_name(self.commit_id, "commit id", MAX_ID_BYTES)
         if log.commit_exists(tx.conn, tx.scope, self.commit_id):
             return CommitStatus.ALREADY_APPLIED, ()
         check_foreign(self.events)

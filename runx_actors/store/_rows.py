@@ -33,7 +33,7 @@ from ..protocol.state import MachineState
 from ..protocol.values import Digest, RunID, RunStatus, Scope
 from ._chain import genesis, link
 from ._scope import integral_ints
-from .base import StreamRecord, run_stream
+from .base import StreamRecord, run_stream, unstorable
 
 __all__ = [
     "RunFacts", "CommitRow", "decode_rows", "verify_chain", "select_run_facts",
@@ -172,6 +172,8 @@ def select_run_facts(
 
     Raises: RunNotFoundError, CorruptRecordError, CorruptStoreError (``table="runs"``).
     """
+    if unstorable(scope, run_id):
+        raise RunNotFoundError(f"run {run_id!r} not found", run_id=run_id)
     stream = run_stream(run_id)
     params: tuple[Any, ...] = (scope, run_id, scope, stream, max(start - 1, 0))
     if stop is not None:

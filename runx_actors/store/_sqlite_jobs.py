@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 import attrs
 
 from ..protocol.commit import (
-    MAX_ID_BYTES,
     Append,
     BatchResult,
     CommitRequest,
@@ -29,7 +28,6 @@ from ..protocol.commit import (
     evaluate_batch,
     evaluate_commit,
     fold_run,
-    validate_name,
 )
 from ..protocol.errors import CorruptRecordError, RunExistsError, ValidationError
 from ..protocol.facts import Fact
@@ -495,7 +493,6 @@ class CreateJob(Job[CommitResult]):
         tx.check_epoch(ws)
         if not self.commit_id:
             raise ValidationError("create_run needs a commit id")
-        validate_name(self.commit_id, "commit id", MAX_ID_BYTES)
         plan = Plan()
         prior = tx.replay_facts(ws.scope, self.commit_id, run_id)
         if prior is not None:
@@ -532,7 +529,6 @@ class AppendJob(Job[CommitStatus]):
         tx.check_epoch(ws)
         if not self.commit_id:
             raise ValidationError("append_events needs a commit id")
-        validate_name(self.commit_id, "commit id", MAX_ID_BYTES)
         plan = Plan()
         if tx.commit_exists(ws.scope, self.commit_id):
             return CommitStatus.ALREADY_APPLIED, plan

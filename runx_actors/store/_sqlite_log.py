@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..protocol.commit import Snapshot
-from ..protocol.errors import ProjectionDivergenceError
+from ..protocol.errors import ProjectionDivergenceError, RunNotFoundError
 from ..protocol.facts import Fact
 from ..protocol.values import Digest, RunID, Scope
 from . import _rows as shared
 from ._rows import CommitRow, decode_state, encode_state, require_epoch
-from .base import StreamRecord
+from .base import StreamRecord, unstorable
 
 __all__ = [
     "read_epoch", "read_epoch_and_seq", "max_seq", "check_epoch", "require_epoch",
@@ -120,6 +120,8 @@ def tail_facts(
     """
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
+    if unstorable(scope, run_id):
+        raise RunNotFoundError(f"run {run_id!r} not found", run_id=run_id)
     row = conn.execute("SELECT head FROM runs WHERE scope = ? AND run_id = ?",
                        (scope, run_id)).fetchone()
     start = max(int(row[0]) + 1 - count, 0) if row is not None else 0
@@ -382,6 +384,8 @@ def read_stream(conn: sqlite3.Connection, scope: Scope, stream: str) -> tuple[St
     Raises:
         CorruptRecordError: an event does not decode (names the stream and index).
     """
+    if unstorable(scope, stream):
+        return ()
     rows = conn.execute(
         "SELECT e.idx, e.type, e.data, e.chain, c.commit_id, c.epoch FROM events e "
         "LEFT JOIN commits c ON c.seq = e.commit_seq "

@@ -28,6 +28,7 @@ from ..protocol.facts import EVENT_TYPE_PREFIX, Fact
 from ..protocol.values import AgentInput, Digest, ModelRequest, NewRun, RunID, Scope
 
 __all__ = [
+    "unstorable",
     "ForeignEvent", "StoredEvent", "StreamRecord", "FrozenStore", "RunStore", "SessionWriter",
     "SessionReader", "SessionStore", "RUN_STREAM_PREFIX", "run_stream", "check_foreign",
     "commit_batch", "Committer",
@@ -48,6 +49,21 @@ class ForeignEvent:
     stream: str
     type: str
     payload: Any
+
+
+def unstorable(*keys: str) -> bool:
+    """True when a lookup key cannot be stored in a SQL text column: it holds NUL
+    (PostgreSQL text cannot) or a lone surrogate (not UTF-8). No row has such a key — a
+    name that could hold one is refused where it enters (RUN-WIR-1, ``validate_name``) —
+    so a lookup by it answers "absent" instead of the driver's error."""
+    for key in keys:
+        if "\x00" in key:
+            return True
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+    return False
 
 
 def check_foreign(events: Sequence[ForeignEvent]) -> None:

@@ -1044,9 +1044,10 @@ async def test_store_batch_validation(store_factory: StoreFactory) -> None:
 
 #: Every scenario by its name, in spec order.
 #: names no store may accept (RUN-WIR-1): NUL, newline, DEL, a C1 control, a bidirectional
-#: override, a line separator, and one byte over :data:`MAX_NAME_BYTES`
+#: override, a line separator, a lone surrogate (not UTF-8: a shell's undecodable byte), and
+#: one byte over :data:`MAX_NAME_BYTES`
 HOSTILE_NAMES = ("a\x00b", "a\nb", "a\x7fb", "a\x85b", "a\u202eb", "a\u2028b",
-                 "x" * (MAX_NAME_BYTES + 1))
+                 "a\ud800b", "x" * (MAX_NAME_BYTES + 1))
 #: the same characters in a commit id, and one byte over :data:`MAX_ID_BYTES`
 HOSTILE_IDS = (*HOSTILE_NAMES[:-1], "x" * (MAX_ID_BYTES + 1))
 
@@ -1081,6 +1082,10 @@ async def test_store_names(store_factory: StoreFactory) -> None:
             with pytest.raises(RunNotFoundError):
                 await _record(store, bad)
             assert await (await store.reader(SCOPE)).read_stream("app/" + bad) == ()
+            other = await store.reader(bad)  # a scope no store can hold: nothing in it
+            with pytest.raises(RunNotFoundError):
+                await other.record("run-1")
+            assert await other.read_stream("app/notes") == ()
         # nothing was written: the ids refused above are all still free
         assert (await w.append_events("evt-1", [ForeignEvent("app/notes", "app/note",
                                                               {"a": 1})])) \

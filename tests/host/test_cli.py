@@ -396,12 +396,12 @@ def test_resume_command_roundtrip(tmp_path: Path, workspace: Path) -> None:
 def test_resume_unknown_run_and_missing_store(tmp_path: Path) -> None:
     missing = invoke(["resume", "run_nope", "-"], tmp_path, stdin="{}")
     assert missing.exit_code == 1
-    assert "unknown run run_nope" in missing.stderr and "hint:" in missing.stderr
+    assert "unknown run 'run_nope'" in missing.stderr and "hint:" in missing.stderr
     (tmp_path / "ws").mkdir(exist_ok=True)
     invoke(["skill", str(EXAMPLE), "-i", "objective=x", "-i", "loop_id=l", "-i",
             "turn_index=1", "-i", "max_turns=1"], tmp_path)
     unknown = invoke(["resume", "run_nope", "-"], tmp_path, stdin="{}")
-    assert unknown.exit_code == 1 and "unknown run run_nope" in unknown.stderr
+    assert unknown.exit_code == 1 and "unknown run 'run_nope'" in unknown.stderr
 
 
 def test_governed_commands_require_signing(tmp_path: Path, workspace: Path) -> None:

@@ -398,3 +398,15 @@ def test_a_hostile_name_is_refused_in_one_line(tmp_path: Path, option: list[str]
         with sqlite3.connect(db) as conn:
             assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
             assert conn.execute("SELECT count(*) FROM commits").fetchone() == (0,)
+
+
+def test_an_argument_that_is_not_utf8_is_a_usage_error(tmp_path: Path) -> None:
+    """A shell passes an undecodable byte as a lone surrogate; every command refuses such
+    an argument up front with exit 64 naming the argument and the byte (it used to reach
+    the stores and exit 70, "internal error: UnicodeEncodeError")."""
+    for args in (["runs", "show", "\udcff", "--store", "s.sqlite3"],
+                 ["runs", "list", "--scope", "a\udcffb", "--store", "s.sqlite3"],
+                 ["store", "check", "s.sqlite3", "--scope", "\udcff"]):
+        result = run(args, tmp_path)
+        assert_clean(result, {64})
+        assert "is not valid UTF-8 (byte 0xff at index" in result.output, result.output

@@ -102,6 +102,8 @@ async def test_the_tail_is_the_end_of_the_log(backend: Any) -> None:
             await reader.tail_facts("no-such-run", 2)
         with pytest.raises(RunNotFoundError):  # PostgreSQL text cannot hold NUL: no such Run
             await reader.tail_facts("no\x00such", 2)
+        with pytest.raises(RunNotFoundError):  # a lone surrogate is not UTF-8: no such Run
+            await reader.tail_facts("no\ud800such", 2)
         with pytest.raises(ValueError):
             await reader.tail_facts(RUN, 0)
 
