@@ -16,8 +16,11 @@ here; a row that does not decode, or whose type column names another fact, is it
 violation, rule RUN-WIR-2).
 
 Exit codes of the command: 0 no violation; 1 at least one (each names scope, Run, stream
-position, commit and rule); 64 usage; 66 (EX_NOINPUT) the store cannot be read
-(:class:`LogUnreadableError`).
+position, commit and rule); 64 usage (``--scope`` / ``--run`` not valid UTF-8); 66
+(EX_NOINPUT) the store cannot be read, or has no such scope / Run
+(:class:`LogUnreadableError`). A DSN is printed with its password masked
+(:func:`runx_actors.store._check.redact_dsn`); errors read ``runx-actors: check: <message>``
+plus a ``hint:`` line, as the host's commands print them.
 """
 
 from __future__ import annotations
