@@ -268,6 +268,12 @@ def check(
     if log_target is not None:
         from .check._tracecheck import run_log_command
 
+        for flag, value in (("--scope", log_scope), ("--run", log_run)):
+            try:
+                (value or "").encode("utf-8")
+            except UnicodeEncodeError:
+                raise click.UsageError(f"{flag} {value!r} is not valid UTF-8") from None
+
         return run_log_command(log_target, scope=log_scope, run=log_run, as_json=as_json,
                                echo=click.echo)
     if log_scope is not None or log_run is not None:

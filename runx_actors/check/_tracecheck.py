@@ -16,8 +16,11 @@ here; a row that does not decode, or whose type column names another fact, is it
 violation, rule RUN-WIR-2).
 
 Exit codes of the command: 0 no violation; 1 at least one (each names scope, Run, stream
-position, commit and rule); 64 usage; 66 (EX_NOINPUT) the store cannot be read
-(:class:`LogUnreadableError`).
+position, commit and rule); 64 usage (``--scope`` / ``--run`` not valid UTF-8); 66
+(EX_NOINPUT) the store cannot be read, or has no such scope / Run
+(:class:`LogUnreadableError`). A DSN is printed with its password masked
+(:func:`runx_actors.store._check.redact_dsn`); errors read ``runx-actors: check: <message>``
+plus a ``hint:`` line, as the host's commands print them.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import attrs
 
 from ..protocol import facts as F
 from ..protocol.facts import EVENT_TYPE_PREFIX
+from ..store._check import redact_dsn
 from ._errors import CheckError
 
 __all__ = ["LogUnreadableError", "LogReport", "check_log", "observe_fact", "EX_NOINPUT"]
@@ -75,6 +79,12 @@ class LogReport:
             "runs": self.runs, "commits": self.commits, "facts": self.facts,
             "violations": [attrs.asdict(v) for v in self.violations],
         }
+
+
+def _int(x: Any) -> int | None:
+    """*x* as an integer column value, None when the row holds anything else (SQLite keeps
+    a text or real value in an INTEGER column as it was written)."""
+    return x if type(x) is int else None
 
 
 def _value(x: Any) -> Any:
@@ -127,6 +137,8 @@ class _Db:
         self.target = target
         self.pg = target.startswith(("postgres://", "postgresql://")) or (
             "=" in target and not Path(target).exists())
+        #: the target as it may be printed: a DSN with its password masked
+        self.shown = redact_dsn(target) if self.pg else target
         self._cursors = 0
         try:
             if self.pg:
@@ -144,8 +156,8 @@ class _Db:
         except LogUnreadableError:
             raise
         except Exception as exc:
-            raise LogUnreadableError(f"cannot open {target}: {exc}", target=target,
-                                     reason="open") from exc
+            raise LogUnreadableError(f"cannot open {self.shown}: {self._masked(exc)}",
+                                     target=self.shown, reason="open") from exc
 
     def rows(self, sql: str, *params: Any) -> list[Any]:
         """Every row of a small read (the scopes, the Run index)."""
@@ -169,11 +181,29 @@ class _Db:
                 yield from batch
             cursor.close()
         except Exception as exc:
-            raise LogUnreadableError(f"cannot read {self.target}: {exc}", target=self.target,
-                                     reason="read") from exc
+            raise LogUnreadableError(f"cannot read {self.shown}: {self._masked(exc)}",
+                                     target=self.shown, reason="read") from exc
+
+    def _masked(self, exc: BaseException) -> str:
+        """The driver's message, with the DSN's password masked should it echo it."""
+        text = str(exc)
+        if self.pg:
+            password = _password(self.target)
+            if password:
+                text = text.replace(password, "***")
+        return text
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _password(dsn: str) -> str:
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        return str(conninfo_to_dict(dsn).get("password") or "")
+    except Exception:
+        return ""
 
 
 class _Counts:
@@ -181,6 +211,7 @@ class _Counts:
 
     def __init__(self) -> None:
         self.facts = 0
+        self.commits = 0
         self.bad: list[Any] = []
         self.broken: set[str] = set()
 
@@ -197,20 +228,38 @@ def _scope_commits(db: _Db, scope: str, run: str | None,
     """
     V = _trace.Violation
     if run is None:
-        events = db.stream("SELECT stream, idx, type, data, commit_seq FROM events "
-                           "WHERE scope = ? AND stream LIKE ? ORDER BY commit_seq, idx",
-                           scope, "run/%")
+        rows = db.stream("SELECT stream, idx, type, data, commit_seq FROM events "
+                         "WHERE scope = ? AND stream LIKE ? ORDER BY commit_seq, idx",
+                         scope, "run/%")
     else:
-        events = db.stream("SELECT stream, idx, type, data, commit_seq FROM events "
-                           "WHERE scope = ? AND stream = ? ORDER BY commit_seq, idx",
-                           scope, "run/" + run)
+        rows = db.stream("SELECT stream, idx, type, data, commit_seq FROM events "
+                         "WHERE scope = ? AND stream = ? ORDER BY commit_seq, idx",
+                         scope, "run/" + run)
+
+    def readable(rows: Iterator[Any]) -> Iterator[tuple[str, int, Any, Any, int]]:
+        """The event rows whose position and commit are integers; the others are
+        reported (INV-10: they cannot be placed in their stream) and their Run broken."""
+        for stream, idx, type_, data, cseq in rows:
+            i, c = _int(idx), _int(cseq)
+            if i is None or c is None:
+                bad_run = stream[len("run/"):]
+                seen.bad.append(V(scope, bad_run, i if i is not None else -1, "",
+                                  c if c is not None else -1, "INV-10",
+                                  f"the event row holds a non-integer "
+                                  f"{'idx' if i is None else 'commit_seq'} "
+                                  f"{idx if i is None else cseq!r}"))
+                seen.broken.add(bad_run)
+                continue
+            yield stream, i, type_, data, c
+
+    events = readable(rows)
     pending = next(events, None)
 
     def take(seq: int) -> list[Any]:
         """The next events, all appended under commit *seq* (none if the next differ)."""
         nonlocal pending
         group = []
-        while pending is not None and int(pending[4]) == seq:
+        while pending is not None and pending[4] == seq:
             group.append(pending)
             pending = next(events, None)
         seen.facts += len(group)
@@ -218,20 +267,35 @@ def _scope_commits(db: _Db, scope: str, run: str | None,
 
     def orphans_before(seq: int | None) -> None:
         """Report the events of commits below *seq* (None: all left): no commit has them."""
-        while pending is not None and (seq is None or int(pending[4]) < seq):
-            orphans = take(int(pending[4]))
-            seen.bad.append(V(scope, orphans[0][0][len("run/"):], int(orphans[0][1]), "",
-                              int(orphans[0][4]), "INV-10",
+        while pending is not None and (seq is None or pending[4] < seq):
+            orphans = take(pending[4])
+            seen.bad.append(V(scope, orphans[0][0][len("run/"):], orphans[0][1], "",
+                              orphans[0][4], "INV-10",
                               f"{len(orphans)} events belong to no commit"))
 
-    for seq, cid, epoch, run_id, first, count in db.stream(
+    for raw in db.stream(
             "SELECT seq, commit_id, epoch, run_id, first_idx, count FROM commits "
             "WHERE scope = ? ORDER BY seq", scope):
-        orphans_before(int(seq))
-        group = take(int(seq))
+        seq, cid, epoch, run_id, first, count = (
+            raw[0], raw[1], _int(raw[2]), raw[3], _int(raw[4]), _int(raw[5]))
+        if type(seq) is not int:  # an INTEGER PRIMARY KEY in both schemas: never
+            raise LogUnreadableError(f"commit row {seq!r} of scope {scope!r} has no integer "
+                                     f"seq", target=db.shown, reason="read")
+        orphans_before(seq)
+        group = take(seq)
         if run is not None and run_id != run:
             # another Run's commit: its events were not read, only the scope rules apply
-            yield _trace.ObservedCommit(int(seq), cid, int(epoch), run_id, int(first), ())
+            if epoch is not None and first is not None:
+                yield _trace.ObservedCommit(seq, cid, epoch, run_id, first, ())
+            continue
+        seen.commits += 1
+        if epoch is None or first is None or count is None:
+            name = ("epoch" if epoch is None else "first_idx" if first is None else "count")
+            seen.bad.append(V(scope, run_id or "", first if first is not None else -1, cid,
+                              seq, "INV-10", f"the commit row holds a non-integer {name} "
+                              f"{raw[2 if epoch is None else 4 if first is None else 5]!r}"))
+            if run_id:
+                seen.broken.add(run_id)
             continue
         observed = []
         current = run_id if group or run_id else None
@@ -247,7 +311,7 @@ def _scope_commits(db: _Db, scope: str, run: str | None,
                     raise ValueError(f"type column {type_!r} but the bytes hold "
                                      f"{fact.WIRE_NAME!r}")
             except Exception as exc:
-                seen.bad.append(V(scope, stream_run, int(idx), cid, int(seq), "RUN-WIR-2",
+                seen.bad.append(V(scope, stream_run, idx, cid, seq, "RUN-WIR-2",
                                   f"the stored event is not a readable fact of this commit: "
                                   f"{exc}"))
                 seen.broken.add(stream_run)
@@ -256,16 +320,33 @@ def _scope_commits(db: _Db, scope: str, run: str | None,
             observed.append(observe_fact(fact))
         if failed or (current is not None and current in seen.broken):
             continue
-        if len(group) != int(count) or (group and int(group[0][1]) != int(first)):
-            seen.bad.append(V(scope, current or "", int(first), cid, int(seq), "INV-10",
+        positions = [g[1] for g in group]
+        if positions != list(range(first, first + count)):
+            seen.bad.append(V(scope, current or "", first, cid, seq, "INV-10",
                               f"the commit index says {count} facts from {first}; the events "
-                              f"hold {len(group)}" + (f" from {group[0][1]}" if group else "")))
+                              f"hold {len(group)}" + (f" at {_span(positions)}" if group
+                                                      else "")))
             if current is not None:
                 seen.broken.add(current)
             continue
-        yield _trace.ObservedCommit(int(seq), cid, int(epoch), current, int(first),
-                                    tuple(observed))
+        yield _trace.ObservedCommit(seq, cid, epoch, current, first, tuple(observed))
     orphans_before(None)
+
+
+def _span(positions: list[int]) -> str:
+    """*positions* shortly: ``4..7`` when contiguous, else the list."""
+    if positions == list(range(positions[0], positions[0] + len(positions))):
+        return f"{positions[0]}..{positions[-1]}"
+    return ", ".join(map(str, positions))
+
+
+def _printable(text: str) -> bool:
+    """True when *text* encodes as UTF-8 (a lone surrogate from undecodable argv does not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _decode(data: bytes) -> Any:
@@ -281,42 +362,79 @@ def check_log(target: str | Path, *, scope: str | None = None,
     *target*: a SQLite store file, or a libpq DSN / ``postgresql://`` URL. *scope* /
     *run* restrict what is judged (a Run of another scope is not looked for).
 
-    Returns a :class:`LogReport` (``ok`` iff no violation). Raises
-    :class:`LogUnreadableError` when the store cannot be opened or read, or *scope* names
-    no scope of it.
+    The scopes judged are those of the ``scopes`` table and those that have commits; a
+    scope with commits but no epoch row, or a non-integer one, is an INV-28 violation and
+    its commits are judged without the upper bound. A row holding a non-integer where an
+    integer belongs is a violation (INV-10 for a commits or events row, INV-39 for a runs
+    row), never a crash.
+
+    Returns a :class:`LogReport` (``ok`` iff no violation; its ``target`` a DSN's password
+    masked). Raises :class:`LogUnreadableError` when the store cannot be opened or read,
+    *scope* names no scope of it (reason ``no such scope``) or *run* no Run of it (``no
+    such run``); :class:`ValueError` when *scope* or *run* is not valid UTF-8 (a lone
+    surrogate, from an undecodable command-line argument).
     """
+    for option, value in (("scope", scope), ("run", run)):
+        if value is not None and not _printable(value):
+            raise ValueError(f"{option} {value!r} is not valid UTF-8")
     db = _Db(str(target))
+    shown = db.shown
+    V = _trace.Violation
     try:
-        scopes = [(s, int(e)) for s, e in db.rows("SELECT scope, epoch FROM scopes ORDER BY scope")]
+        # the scopes: those with an epoch row and those with commits (C1: a scope whose
+        # epoch row is lost is still judged, and the loss is a violation)
+        epochs = dict(db.rows("SELECT scope, epoch FROM scopes"))
+        names = sorted(set(epochs) | {s for (s,) in db.rows(
+            "SELECT DISTINCT scope FROM commits")})
         if scope is not None:
-            scopes = [(s, e) for s, e in scopes if s == scope]
-            if not scopes:
-                raise LogUnreadableError(f"the store has no scope {scope!r}", target=str(target),
+            names = [s for s in names if s == scope]
+            if not names:
+                raise LogUnreadableError(f"the store has no scope {scope!r}", target=shown,
                                          reason="no such scope", scope=scope)
+        if run is not None and not any(
+                db.rows(f"SELECT 1 FROM {table} WHERE scope = ? AND {column} = ? LIMIT 1",
+                        name, value)
+                for name in names for table, column, value in (
+                    ("runs", "run_id", run), ("commits", "run_id", run),
+                    ("events", "stream", "run/" + run))):
+            raise LogUnreadableError(f"the store has no Run {run!r}"
+                                     + (f" in scope {scope!r}" if scope is not None else ""),
+                                     target=shown, reason="no such run", run=run)
         violations: list[Any] = []
         runs = commits_n = facts_n = 0
-        for name, epoch in scopes:
-            heads = {r: _trace.RunHead(int(h), bool(a)) for r, h, a in db.rows(
-                "SELECT run_id, head, active FROM runs WHERE scope = ?", name)
-                if run is None or r == run}
+        for name in names:
             seen = _Counts()
-            judged = [0]
-
-            def counted(commits: Iterator[Any], judged: list[int] = judged) -> Iterator[Any]:
-                for c in commits:
-                    judged[0] += 1
-                    yield c
-
+            epoch = _int(epochs.get(name))
+            if name not in epochs:
+                seen.bad.append(V(name, "", -1, "", -1, "INV-28",
+                                  "the scope has commits but no epoch row"))
+            elif epoch is None:
+                seen.bad.append(V(name, "", -1, "", -1, "INV-28",
+                                  f"the scope's epoch row holds a non-integer epoch "
+                                  f"{epochs[name]!r}"))
+            heads: dict[str, Any] = {}
+            bad_index: set[str] = set()
+            for r, h, a in db.rows("SELECT run_id, head, active FROM runs WHERE scope = ?",
+                                   name):
+                if run is not None and r != run:
+                    continue
+                if _int(h) is None or not (type(a) is bool or _int(a) in (0, 1)):
+                    seen.bad.append(V(name, r, -1, "", -1, "INV-39",
+                                      f"the Run index row holds head {h!r} active {a!r}, "
+                                      f"not an integer and a flag"))
+                    bad_index.add(r)
+                    continue
+                heads[r] = _trace.RunHead(h, bool(a))
             found = _trace.validate_scope(
-                name, counted(_scope_commits(db, name, run, seen)), epoch=epoch,
-                heads=heads, runs=None if run is None else [run], unread=seen.broken)
+                name, _scope_commits(db, name, run, seen), epoch=epoch, heads=heads,
+                runs=None if run is None else [run], unread=seen.broken)
             violations += [v for v in seen.bad if run is None or v.run in (run, "")]
-            violations += found
-            runs += sum(1 for r in heads if r not in seen.broken)
-            commits_n += judged[0]
+            # a Run whose index row is unreadable was reported above, not as a missing row
+            violations += [v for v in found if not (v.rule == "INV-39" and v.run in bad_index)]
+            runs += sum(1 for r in {*heads, *bad_index} if r not in seen.broken)
+            commits_n += seen.commits
             facts_n += seen.facts
-        return LogReport(str(target), tuple(s for s, _ in scopes), runs, commits_n, facts_n,
-                         tuple(violations))
+        return LogReport(shown, tuple(names), runs, commits_n, facts_n, tuple(violations))
     finally:
         db.close()
 
@@ -347,12 +465,27 @@ def run_log_command(target: str, *, scope: str | None, run: str | None, as_json:
     try:
         report = check_log(target, scope=scope, run=run)
     except LogUnreadableError as exc:
+        shown = str(exc.attrs.get("target", target))
         if as_json:
-            echo(json.dumps({"target": target, "ok": False, "error": "LogUnreadableError",
+            echo(json.dumps({"target": shown, "ok": False, "error": "LogUnreadableError",
                              "reason": exc.attrs.get("reason", ""), "message": exc.message}))
         else:
-            echo(f"error: {exc.message}", err=True)
+            echo(f"runx-actors: check: {' '.join(exc.message.split())}", err=True)
+            echo(f"hint: {_HINTS.get(str(exc.attrs.get('reason', '')), _HINTS['open'])}",
+                 err=True)
         return EX_NOINPUT
     echo(json.dumps(report.to_dict(), indent=2) if as_json else render_report(report),
          nl=as_json)
     return exit_code(report)
+
+
+#: ``check --log``'s hint line for each reason of a :class:`LogUnreadableError`
+_HINTS = {
+    "missing": "pass --log a runx-actors SQLite store file or a PostgreSQL DSN",
+    "open": "pass --log a runx-actors SQLite store file or a PostgreSQL DSN the server "
+            "accepts",
+    "read": "the store is not a runx-actors store, or is damaged: `runx-actors store check "
+            "<store>` lists every damaged row",
+    "no such scope": "drop --scope to judge every scope of the store",
+    "no such run": "check the Run id, or drop --run to judge every Run",
+}

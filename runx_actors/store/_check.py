@@ -40,7 +40,7 @@ from ._rows import check_epoch_row, decode_rows, verify_chain
 from ._verify import fact_digests
 from .base import run_stream
 
-__all__ = ["Problem", "CheckReport", "check_store", "check_sqlite", "check_postgres",
+__all__ = ["Problem", "redact_dsn", "CheckReport", "check_store", "check_sqlite", "check_postgres",
            "is_dsn", "StoreMissingError"]
 
 _RUN_PREFIX = run_stream("")
@@ -383,7 +383,7 @@ def check_postgres(dsn: str, *, scope: str | None = None) -> CheckReport:
 
     from ._pg_schema import SCHEMA_VERSION, TABLES, is_damage
 
-    target = _redact(dsn)
+    target = redact_dsn(dsn)
     with psycopg.connect(dsn) as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         row = conn.execute("SELECT current_schema()").fetchone()
@@ -417,8 +417,10 @@ def check_postgres(dsn: str, *, scope: str | None = None) -> CheckReport:
         return _report(target, "postgres", walk)
 
 
-def _redact(dsn: str) -> str:
-    """*dsn* without a password."""
+def redact_dsn(dsn: str) -> str:
+    """*dsn* (a libpq conninfo or a ``postgresql://`` URL) as a conninfo string with its
+    password replaced by ``***``; ``<dsn>`` when it does not parse. What is printed of a
+    DSN (``store check``, ``check --log``)."""
     try:
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
 

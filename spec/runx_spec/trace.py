@@ -402,17 +402,20 @@ def _fold(r: _Run, group: tuple[Observed, ...]) -> _Run:
 # --------------------------------------------------------------------------- the scope
 
 
-def validate_scope(scope: str, commits: Iterable[ObservedCommit], *, epoch: int,
+def validate_scope(scope: str, commits: Iterable[ObservedCommit], *, epoch: int | None,
                    heads: Mapping[str, RunHead] | None = None,
                    runs: Iterable[str] | None = None,
                    unread: Container[str] = frozenset()) -> list[Violation]:
     """Every violation of the reference's rules in one scope's log.
 
     ``commits`` in append order (any iterable: a reader may stream them); ``epoch`` the
-    scope's persisted epoch; ``heads`` the store's Run index (checked against the replay
-    when given); ``runs`` restricts the per-Run judgement to those Run ids (scope rules are
-    checked whatever it says); ``unread`` the Runs whose stored log the reader could not
-    read (it reports that itself): neither their commits nor their index entry are judged.
+    scope's persisted epoch (None: the store holds none, the reader reports that itself;
+    epochs are then only checked never to decrease); ``heads`` the store's Run index
+    (checked against the replay when given, INV-39: every replayed Run has an entry that
+    says its head and status, every entry has a replayed stream); ``runs`` restricts the
+    per-Run judgement to those Run ids (scope rules are checked whatever it says);
+    ``unread`` the Runs whose stored log the reader could not read (it reports that
+    itself): neither their commits nor their index entry are judged.
     A streaming reader may add to ``unread`` while ``commits`` is consumed: it is consulted
     for each commit as it arrives and for the index after the last one.
     """
@@ -428,7 +431,7 @@ def validate_scope(scope: str, commits: Iterable[ObservedCommit], *, epoch: int,
                                  f"commit id {'empty' if not c.commit_id else 'already used'}"
                                  f" (first at seq {seen.get(c.commit_id)})"))
         seen.setdefault(c.commit_id, c.seq)
-        if c.epoch < high or c.epoch > epoch or c.epoch < 1:
+        if c.epoch < high or (epoch is not None and c.epoch > epoch) or c.epoch < 1:
             out.append(Violation(scope, c.run or "", c.first, c.commit_id, c.seq, "INV-28",
                                  f"written under epoch {c.epoch} after a commit under {high} "
                                  f"(scope epoch {epoch}): a fenced writer appended"))
@@ -461,9 +464,21 @@ def validate_scope(scope: str, commits: Iterable[ObservedCommit], *, epoch: int,
             out.append(Violation(scope, c.run, c.first + bad.offset, c.commit_id, c.seq,
                                  bad.rule, bad.message))
             broken.add(c.run)
-    for run, head in (heads or {}).items():
+    if heads is None:
+        return out
+    for run, r in table.items():
+        if run not in heads and run not in broken and run not in unread and r.state is not None:
+            out.append(Violation(scope, run, r.length - 1, "", -1, "INV-39",
+                                 f"the Run index has no entry for the Run; the log replays "
+                                 f"to {r.length - 1} {r.state.status}"))
+    for run, head in heads.items():
         r = table.get(run)
-        if run in broken or run in unread or r is None or r.state is None:
+        if run in broken or run in unread or (only is not None and run not in only):
+            continue
+        if r is None or r.state is None:
+            out.append(Violation(scope, run, head.head, "", -1, "INV-39",
+                                 f"the Run index says head {head.head} active {head.active}; "
+                                 f"the log holds no stream for the Run"))
             continue
         active = r.state.status == ACTIVE
         if head.head != r.length - 1 or head.active != active:

@@ -329,3 +329,160 @@ def test_scope_rules_of_the_reference_replay(clean_store: Path) -> None:
     moved = {**heads, "run-0": RunHead(heads["run-0"].head + 1, heads["run-0"].active)}
     assert rules(commits, heads=moved) == [("INV-39", "run-0")]
     assert rules(shifted, runs=["run-0"]) == []  # --run judges only that Run
+    # a replayed Run the index does not list, an index entry with no stream (INV-39)
+    lost = {r: h for r, h in heads.items() if r != "run-0"}
+    assert rules(commits, heads=lost) == [("INV-39", "run-0")]
+    phantom = {**heads, "phantom": RunHead(3, True)}
+    assert rules(commits, heads=phantom) == [("INV-39", "phantom")]
+    assert rules(commits, heads=phantom, runs=["run-0"]) == []
+    assert rules(commits, heads=phantom, unread={"phantom"}) == []
+    # no persisted epoch (None): epochs are only checked never to decrease
+    assert validate_scope(SCOPE, commits, epoch=None, heads=heads) == []
+    assert [v.rule for v in validate_scope(SCOPE, commits, epoch=0)] == ["INV-28"] * len(
+        commits)
+
+
+def _doctored(clean: Path, tmp_path: Path, *statements: str) -> Path:
+    db = _copy(clean, tmp_path)
+    with sqlite3.connect(db) as conn:
+        for statement in statements:
+            conn.execute(statement)
+    return db
+
+
+def _judged(db: Path, *args: str) -> tuple[list[tuple[str, str, int, int]], Any]:
+    """(rule, run, position, seq) of every violation, and the CLI's result on *db*."""
+    found = [(v.rule, v.run, v.position, v.seq) for v in check_log(db).violations]
+    return found, CliRunner().invoke(main, ["check", "--log", str(db), *args])
+
+
+@pytest.mark.parametrize(("statement", "expected"), [
+    ("UPDATE commits SET epoch = 'abc' WHERE seq = 4", {("INV-10", 4)}),
+    ("UPDATE commits SET first_idx = 'abc' WHERE seq = 4", {("INV-10", 4)}),
+    ("UPDATE commits SET count = 1.5 WHERE seq = 4", {("INV-10", 4)}),
+    ("UPDATE runs SET head = 'x'", {("INV-39", -1)}),
+    ("UPDATE runs SET active = 'yes' WHERE run_id = 'run-1'", {("INV-39", -1)}),
+    ("UPDATE events SET idx = 'abc' WHERE stream = 'run/run-0' AND idx = 3", {("INV-10", 4)}),
+    # the row sorts last: its commit misses a fact, then the row itself is named
+    ("UPDATE events SET commit_seq = 'abc' WHERE stream = 'run/run-0' AND idx = 3",
+     {("INV-10", 4), ("INV-10", -1)}),
+    ("UPDATE scopes SET epoch = 'abc'", {("INV-28", -1)}),
+])
+def test_a_non_integer_cell_is_a_violation_not_a_crash(
+        statement: str, expected: set[tuple[str, int]], clean_store: Path,
+        tmp_path: Path) -> None:
+    """C4: a text or real value in an integer column is named (scope, Run, seq, rule) and
+    the command exits 1, never 70; the scopes row's epoch is INV-28 and its commits are
+    still judged (against the epochs they carry)."""
+    db = _doctored(clean_store, tmp_path, statement)
+    found, result = _judged(db)
+    assert found and {(rule, seq) for rule, _, _, seq in found} == expected, found
+    assert result.exit_code == 1, result.output
+    rule = next(iter(expected))[0]
+    assert "Traceback" not in result.output and f"[{SCOPE}] {rule}" in result.output
+    if statement.startswith("UPDATE runs SET head"):  # every Run's index row is named once
+        assert sorted(run for _, run, _, _ in found) == sorted(
+            ["approved", "cancelled", "rejected", "run-0", "run-1"])
+
+
+def test_a_lost_epoch_row_is_a_violation_and_the_scope_still_judged(
+        clean_store: Path, tmp_path: Path) -> None:
+    """C1: the scopes are those of `scopes` and those of `commits`: a scope with commits and
+    no epoch row is INV-28, and its commits are judged (a decreasing epoch still found)."""
+    db = _doctored(clean_store, tmp_path, "DELETE FROM scopes")
+    found, result = _judged(db)
+    assert found == [("INV-28", "", -1, -1)], found
+    assert result.exit_code == 1 and "no epoch row" in result.output
+    report = check_log(db)
+    assert report.scopes == (SCOPE,) and report.runs == 5 and report.facts > 50
+    with sqlite3.connect(db) as conn:
+        seq = conn.execute("SELECT max(seq) FROM commits").fetchone()[0]
+        conn.execute("UPDATE commits SET epoch = 0 WHERE seq = ?", (seq,))
+    assert {(v.rule, v.seq) for v in check_log(db).violations} == {
+        ("INV-28", -1), ("INV-28", seq)}
+    assert check_log(db, scope=SCOPE).scopes == (SCOPE,)
+
+
+def test_a_gap_inside_one_commit_group_is_inv10(clean_store: Path, tmp_path: Path) -> None:
+    """C2: a group's positions are exactly first..first+count-1; the last fact of a group
+    moved one position on (same size, same first index) is INV-10 at the group."""
+    db = _copy(clean_store, tmp_path)
+    with sqlite3.connect(db) as conn:
+        run, first, count, seq = conn.execute(
+            "SELECT c.run_id, c.first_idx, c.count, c.seq FROM commits c WHERE c.count >= 2 "
+            "AND c.first_idx + c.count - 1 = (SELECT max(idx) FROM events e WHERE "
+            "e.stream = 'run/' || c.run_id) ORDER BY c.seq LIMIT 1").fetchone()
+        conn.execute("UPDATE events SET idx = idx + 1 WHERE stream = ? AND idx = ?",
+                     ("run/" + run, first + count - 1))
+    found, result = _judged(db)
+    assert found == [("INV-10", run, first, seq)], found
+    assert result.exit_code == 1
+
+
+@pytest.mark.parametrize(("statement", "run"), [
+    ("DELETE FROM runs WHERE run_id = 'run-1'", "run-1"),
+    (f"INSERT INTO runs VALUES ('{SCOPE}', 'phantom', 3, 1)", "phantom"),
+])
+def test_a_missing_or_extra_run_index_row_is_inv39(statement: str, run: str,
+                                                   clean_store: Path, tmp_path: Path) -> None:
+    """C3: a replayed Run with no `runs` row, a `runs` row with no stream: INV-39; --run
+    judges only its Run's row."""
+    db = _doctored(clean_store, tmp_path, statement)
+    found, result = _judged(db)
+    assert [(rule, r) for rule, r, _, _ in found] == [("INV-39", run)], found
+    assert result.exit_code == 1
+    assert check_log(db, run="run-0").violations == ()
+
+
+def test_a_dsn_password_is_never_printed(tmp_path: Path) -> None:
+    """C6: the DSN's password is masked in the error, the JSON target and the message."""
+    runner = CliRunner()
+    for dsn in (f"postgresql://runx:s3cret@/db?host={tmp_path}/nosock&connect_timeout=2",
+                f"host={tmp_path}/nosock dbname=db user=runx password=s3cret "
+                f"connect_timeout=2"):
+        text = runner.invoke(main, ["check", "--log", dsn])
+        as_json = runner.invoke(main, ["check", "--log", dsn, "--json"])
+        assert text.exit_code == as_json.exit_code == EX_NOINPUT, text.output
+        assert "s3cret" not in text.output + as_json.output
+        assert "password=***" in text.output
+        assert "password=***" in json.loads(as_json.output)["target"]
+        with pytest.raises(LogUnreadableError) as info:
+            check_log(dsn)
+        assert "s3cret" not in info.value.message + str(info.value.attrs)
+
+
+def test_an_unknown_run_is_unreadable_and_run_counts_its_commits(clean_store: Path) -> None:
+    """C7: --run of a Run the store does not have exits 66 like --scope does; with --run
+    the commit count is that Run's."""
+    runner = CliRunner()
+    result = runner.invoke(main, ["check", "--log", str(clean_store), "--run", "nope"])
+    assert result.exit_code == EX_NOINPUT, result.output
+    assert "the store has no Run 'nope'" in result.output
+    with pytest.raises(LogUnreadableError) as info:
+        check_log(clean_store, run="nope")
+    assert info.value.attrs["reason"] == "no such run"
+    with sqlite3.connect(clean_store) as conn:
+        own = conn.execute("SELECT count(*) FROM commits WHERE run_id = 'run-0'").fetchone()[0]
+    report = check_log(clean_store, run="run-0")
+    assert report.ok and report.runs == 1 and report.commits == own
+    assert check_log(clean_store).commits > own
+
+
+@pytest.mark.parametrize("flag", ["--run", "--scope"])
+def test_an_undecodable_argument_is_a_usage_error(flag: str, clean_store: Path) -> None:
+    """C8: --run/--scope from undecodable argv bytes (a lone surrogate) is exit 64 naming
+    the option, not a store read error."""
+    result = CliRunner().invoke(main, ["check", "--log", str(clean_store), flag, "\udcff"])
+    assert result.exit_code == 64, result.output
+    assert flag in result.output and "cannot read" not in result.output
+    with pytest.raises(ValueError, match="not valid UTF-8"):
+        check_log(clean_store, **{flag[2:]: "\udcff"})
+
+
+def test_errors_follow_the_cli_convention(tmp_path: Path) -> None:
+    """C9: `runx-actors: check: <message>` then a `hint:` line, as every other command."""
+    result = CliRunner().invoke(main, ["check", "--log", str(tmp_path / "nope.sqlite3")])
+    assert result.exit_code == EX_NOINPUT
+    lines = result.output.splitlines()
+    assert lines[0].startswith("runx-actors: check: no such store file"), lines
+    assert lines[1].startswith("hint: "), lines
