@@ -146,8 +146,9 @@ def _check_utf8(args: Sequence[str]) -> None:
         try:
             arg.encode("utf-8")
         except UnicodeEncodeError as exc:
+            after = args[n - 2] if n > 1 and args[n - 2].startswith("-") else ""
             raise click.UsageError(
-                f"argument {n} ({arg!r}) is not valid UTF-8 (byte "
+                f"argument {n} ({after + ' ' if after else ''}{arg!r}) is not valid UTF-8 (byte "
                 f"{ord(arg[exc.start]) - 0xDC00:#04x} at index {exc.start}); names, paths "
                 f"and documents must be UTF-8") from None
 
@@ -267,12 +268,6 @@ def check(
     """
     if log_target is not None:
         from .check._tracecheck import run_log_command
-
-        for flag, value in (("--scope", log_scope), ("--run", log_run)):
-            try:
-                (value or "").encode("utf-8")
-            except UnicodeEncodeError:
-                raise click.UsageError(f"{flag} {value!r} is not valid UTF-8") from None
 
         return run_log_command(log_target, scope=log_scope, run=log_run, as_json=as_json,
                                echo=click.echo)
