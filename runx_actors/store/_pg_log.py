@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from ..protocol.commit import Snapshot
-from ..protocol.errors import CorruptRecordError, ProjectionDivergenceError, RunNotFoundError
+from ..protocol.errors import CorruptRecordError, ProjectionDivergenceError
 from ..protocol.facts import Fact
 from ..protocol.state import Open
 from ..protocol.values import Digest, RunID, RunStatus, Scope
@@ -118,17 +118,7 @@ def tail_facts(conn: Conn, scope: Scope, run_id: RunID, count: int) -> tuple[Fac
         ValueError: *count* < 1.
         RunNotFoundError, CorruptRecordError, CorruptStoreError: as :func:`run_facts`.
     """
-    if count < 1:
-        raise ValueError(f"count must be at least 1, got {count}")
-    if unstorable(scope, run_id):
-        raise RunNotFoundError(f"run {run_id!r} not found", run_id=run_id)
-    row = conn.execute("SELECT head FROM runs WHERE scope = %s AND run_id = %s",
-                       (scope, run_id)).fetchone()
-    start = max(int(row[0]) + 1 - count, 0) if row is not None else 0
-    facts = run_facts(conn, scope, run_id, start=start)
-    if start > 0 and len(facts) < count:
-        return run_facts(conn, scope, run_id)[-count:]
-    return facts[-count:]
+    return shared.tail_checked(run_facts, conn, scope, run_id, count, "%s")
 
 #: The rows of a Run stream with their commit ids and the Run's head, in one statement.
 _RUN_FACTS = (

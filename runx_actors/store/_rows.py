@@ -156,6 +156,28 @@ def decode_rows(
     return tuple(out)
 
 
+def tail_checked(run_facts: Any, conn: Any, scope: Scope, run_id: RunID, count: int,
+                 mark: str) -> tuple[Fact, ...]:
+    """``tail_facts`` of both SQL backends: the Run's head first, then *run_facts* from
+    ``head + 1 - count`` (checked from the row before); a tail shorter than the head
+    promises is re-read from 0, which raises the damage. *mark* is the placeholder.
+
+    Raises: ValueError (*count* < 1), RunNotFoundError, CorruptRecordError,
+    CorruptStoreError.
+    """
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    if unstorable(scope, run_id):
+        raise RunNotFoundError(f"run {run_id!r} not found", run_id=run_id)
+    row = conn.execute(f"SELECT head FROM runs WHERE scope = {mark} AND run_id = {mark}",
+                       (scope, run_id)).fetchone()
+    start = max(int(row[0]) + 1 - count, 0) if row is not None else 0
+    facts: tuple[Fact, ...] = run_facts(conn, scope, run_id, start=start)
+    if start > 0 and len(facts) < count:
+        return tuple(run_facts(conn, scope, run_id)[-count:])
+    return facts[-count:]
+
+
 def select_run_facts(
     conn: Any, sql: str, stop_sql: str, scope: Scope, run_id: RunID, start: int,
     stop: int | None,
