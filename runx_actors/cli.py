@@ -147,8 +147,9 @@ def _check_utf8(args: Sequence[str]) -> None:
             arg.encode("utf-8")
         except UnicodeEncodeError as exc:
             after = args[n - 2] if n > 1 and args[n - 2].startswith("-") else ""
-            raise click.UsageError(
-                f"argument {n} ({after + ' ' if after else ''}{arg!r}) is not valid UTF-8 (byte "
+            raise click.UsageError(  # the value is not echoed: it may be a DSN's password
+                f"argument {n}{' (after ' + after + ')' if after else ''} is not valid UTF-8 "
+                f"(byte "
                 f"{ord(arg[exc.start]) - 0xDC00:#04x} at index {exc.start}); names, paths "
                 f"and documents must be UTF-8") from None
 

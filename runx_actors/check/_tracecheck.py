@@ -228,9 +228,10 @@ def _scope_commits(db: _Db, scope: str, run: str | None,
     """
     V = _trace.Violation
     if run is None:
+        # substr, not LIKE: SQLite's LIKE ignores case, and 'RUN/x' is not a Run stream
         rows = db.stream("SELECT stream, idx, type, data, commit_seq FROM events "
-                         "WHERE scope = ? AND stream LIKE ? ORDER BY commit_seq, idx",
-                         scope, "run/%")
+                         "WHERE scope = ? AND substr(stream, 1, 4) = ? "
+                         "ORDER BY commit_seq, idx", scope, "run/")
     else:
         rows = db.stream("SELECT stream, idx, type, data, commit_seq FROM events "
                          "WHERE scope = ? AND stream = ? ORDER BY commit_seq, idx",
@@ -321,7 +322,7 @@ def _scope_commits(db: _Db, scope: str, run: str | None,
         if failed or (current is not None and current in seen.broken):
             continue
         positions = [g[1] for g in group]
-        if positions != list(range(first, first + count)):
+        if len(positions) != count or any(at != first + i for i, at in enumerate(positions)):
             seen.bad.append(V(scope, current or "", first, cid, seq, "INV-10",
                               f"the commit index says {count} facts from {first}; the events "
                               f"hold {len(group)}" + (f" at {_span(positions)}" if group
@@ -384,8 +385,11 @@ def check_log(target: str | Path, *, scope: str | None = None,
         # the scopes: those with an epoch row and those with commits (C1: a scope whose
         # epoch row is lost is still judged, and the loss is a violation)
         epochs = dict(db.rows("SELECT scope, epoch FROM scopes"))
-        names = sorted(set(epochs) | {s for (s,) in db.rows(
-            "SELECT DISTINCT scope FROM commits")})
+        present = set(epochs)
+        for table in ("commits", "events", "runs"):  # rows of a scope with no epoch row
+            present |= {s for (s,) in db.rows(f"SELECT DISTINCT scope FROM {table}")}
+        odd = sorted(repr(s) for s in present if not isinstance(s, str))
+        names = sorted(s for s in present if isinstance(s, str))
         if scope is not None:
             names = [s for s in names if s == scope]
             if not names:
@@ -400,14 +404,16 @@ def check_log(target: str | Path, *, scope: str | None = None,
             raise LogUnreadableError(f"the store has no Run {run!r}"
                                      + (f" in scope {scope!r}" if scope is not None else ""),
                                      target=shown, reason="no such run", run=run)
-        violations: list[Any] = []
+        violations: list[Any] = [
+            V(o, "", -1, "", -1, "RUN-WIR-2", "a scope column holds a value that is not "
+              "text: its rows cannot be read as a scope") for o in odd]
         runs = commits_n = facts_n = 0
         for name in names:
             seen = _Counts()
             epoch = _int(epochs.get(name))
             if name not in epochs:
                 seen.bad.append(V(name, "", -1, "", -1, "INV-28",
-                                  "the scope has commits but no epoch row"))
+                                  "the scope has rows (commits, events or Runs) but no epoch row"))
             elif epoch is None:
                 seen.bad.append(V(name, "", -1, "", -1, "INV-28",
                                   f"the scope's epoch row holds a non-integer epoch "
@@ -474,7 +480,9 @@ def run_log_command(target: str, *, scope: str | None, run: str | None, as_json:
             echo(f"hint: {_HINTS.get(str(exc.attrs.get('reason', '')), _HINTS['open'])}",
                  err=True)
         return EX_NOINPUT
-    echo(json.dumps(report.to_dict(), indent=2) if as_json else render_report(report),
+    # default=repr: a damaged cell may hold bytes where text belongs (it is reported as is)
+    echo(json.dumps(report.to_dict(), indent=2, default=repr) if as_json
+         else render_report(report),
          nl=as_json)
     return exit_code(report)
 

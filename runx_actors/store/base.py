@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from ..protocol.commit import (
+    MAX_ID_BYTES,
     BatchResult,
     CommitRequest,
     CommitResult,
@@ -72,7 +73,7 @@ def check_foreign(events: Sequence[ForeignEvent]) -> None:
     for e in events:
         if not e.stream or not e.type:
             raise ValidationError("foreign event needs a stream and a type", event=e)
-        validate_name(e.stream, "foreign stream")
+        validate_name(e.stream, "foreign stream", MAX_ID_BYTES)  # it may embed a name
         validate_name(e.type, "foreign event type")
         if e.stream.startswith(RUN_STREAM_PREFIX) or e.type.startswith(EVENT_TYPE_PREFIX):
             raise ValidationError("foreign events may not write Run streams or types", event=e)

@@ -1073,8 +1073,10 @@ async def test_store_names(store_factory: StoreFactory) -> None:
         for bad in HOSTILE_NAMES:
             with pytest.raises(ValidationError):
                 await w.create_run(NewRun(bad), [], commit_id="create:hostile")
-            with pytest.raises(ValidationError):
-                await w.append_events("evt-1", [ForeignEvent("app/" + bad, "app/note", {})])
+            with pytest.raises(ValidationError):  # a stream may embed a name: the id limit
+                await w.append_events("evt-1", [ForeignEvent(
+                    "app/" + (bad if len(bad) < MAX_NAME_BYTES else "s" * MAX_ID_BYTES),
+                    "app/note", {})])
             with pytest.raises(ValidationError):
                 await w.append_events("evt-1", [ForeignEvent("app/notes", "app/" + bad, {})])
             with pytest.raises(RunNotFoundError):
@@ -1086,6 +1088,11 @@ async def test_store_names(store_factory: StoreFactory) -> None:
             with pytest.raises(RunNotFoundError):
                 await other.record("run-1")
             assert await other.read_stream("app/notes") == ()
+        # a foreign stream that embeds a name of the limit fits the id limit
+        long_stream = "app/" + "s" * MAX_NAME_BYTES
+        assert (await w.append_events("evt-long", [ForeignEvent(long_stream, "app/note",
+                                                                  {})])) \
+            is CommitStatus.ACCEPTED
         # nothing was written: the ids refused above are all still free
         assert (await w.append_events("evt-1", [ForeignEvent("app/notes", "app/note",
                                                               {"a": 1})])) \

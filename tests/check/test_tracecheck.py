@@ -486,3 +486,45 @@ def test_errors_follow_the_cli_convention(tmp_path: Path) -> None:
     lines = result.output.splitlines()
     assert lines[0].startswith("runx-actors: check: no such store file"), lines
     assert lines[1].startswith("hint: "), lines
+
+
+@pytest.mark.parametrize(("statements", "rules"), [
+    # a huge count is judged without building the range it names (was MemoryError, exit 70)
+    (["UPDATE commits SET count = 9223372036854775807 WHERE seq = 4"], {"INV-10"}),
+    # a scope cell that is not text (bytes, NULL) is named, never a sort crash (was exit 70)
+    (["UPDATE commits SET scope = x'7330' WHERE seq = 4"], {"RUN-WIR-2", "INV-10"}),
+    (["INSERT INTO scopes VALUES (NULL, 1)"], {"RUN-WIR-2"}),
+    # rows of a scope that has no epoch row and no commit: still judged (was exit 0)
+    (["INSERT INTO events SELECT 'zz', stream, idx, type, data, commit_seq, chain FROM "
+      "events WHERE stream = 'run/run-0'"], {"INV-28", "INV-10"}),
+    (["INSERT INTO runs VALUES ('yy', 'ghost', 3, 0)"], {"INV-28", "INV-39"}),
+    # 'RUN/' is not a Run stream: SQLite's LIKE ignores case, the reader must not (was exit 0)
+    (["UPDATE events SET stream = 'RUN/run-0' WHERE stream = 'run/run-0' AND idx = 3"],
+     {"INV-10"}),
+])
+def test_damage_a_second_tester_found(statements: list[str], rules: set[str],
+                                      clean_store: Path, tmp_path: Path) -> None:
+    db = _doctored(clean_store, tmp_path, *statements)
+    found, result = _judged(db)
+    assert {rule for rule, *_ in found} == rules, found
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    as_json = CliRunner().invoke(main, ["check", "--log", str(db), "--json"])
+    assert as_json.exit_code == 1, as_json.output
+    assert json.loads(as_json.output)["ok"] is False
+
+
+def test_json_output_with_a_bytes_cell(clean_store: Path, tmp_path: Path) -> None:
+    """A commit id stored as bytes is reported in --json too (was a TypeError, exit 70)."""
+    db = _doctored(clean_store, tmp_path, "UPDATE commits SET commit_id = x'ff00' WHERE seq = 4")
+    result = CliRunner().invoke(main, ["check", "--log", str(db), "--json"])
+    assert result.exit_code == 1, result.output
+    payload = json.loads(result.output)
+    assert any(v["commit_id"] == repr(b"\xff\x00") for v in payload["violations"]), payload
+
+
+def test_a_non_utf8_argument_is_not_echoed() -> None:
+    """The refusal names the argument's place and byte, never its value (a DSN's password)."""
+    result = CliRunner().invoke(main, ["check", "--log",
+                                       "host=/tmp port=1 password=S3cret\udcff"])
+    assert result.exit_code == 64, result.output
+    assert "S3cret" not in result.output and "argument 3 (after --log)" in result.output
