@@ -49,24 +49,39 @@ S = TypeVar("S", bound="SqlStoreBase[Any]")
 class LogReads(Protocol):
     """The reads of a backend's log module (``_sqlite_log``, ``_pg_log``) the facades use."""
 
-    def record(self, conn: Any, scope: Scope, run_id: RunID) -> Snapshot: ...
+    def record(self, conn: Any, scope: Scope, run_id: RunID) -> Snapshot:
+        """The Run's log folded (RUN-CMT-2). Raises RunNotFoundError, CorruptRecordError."""
+        ...
 
     def run_facts(
         self, conn: Any, scope: Scope, run_id: RunID, *, start: int = ...,
         stop: int | None = ...,
-    ) -> tuple[Fact, ...]: ...
-
-    def tail_facts(self, conn: Any, scope: Scope, run_id: RunID, count: int
-                   ) -> tuple[Fact, ...]: ...
-
-    def read_stream(self, conn: Any, scope: Scope, stream: str) -> tuple[StreamRecord, ...]:
+    ) -> tuple[Fact, ...]:
+        """Facts at positions ``start`` … ``stop - 1``, checked. Raises RunNotFoundError,
+        CorruptRecordError."""
         ...
 
-    def read_cache(self, conn: Any, scope: Scope) -> dict[RunID, Snapshot]: ...
+    def tail_facts(self, conn: Any, scope: Scope, run_id: RunID, count: int
+                   ) -> tuple[Fact, ...]:
+        """The last *count* facts, checked from the row before (RUN-STO-3). Raises
+        ValueError (*count* < 1), RunNotFoundError, CorruptRecordError."""
+        ...
 
-    def read_epoch(self, conn: Any, scope: Scope) -> int: ...
+    def read_stream(self, conn: Any, scope: Scope, stream: str) -> tuple[StreamRecord, ...]:
+        """Every event of *stream*, decoded; () when unknown. Raises CorruptRecordError."""
+        ...
 
-    def frozen_get(self, conn: Any, digest: Digest) -> bytes: ...
+    def read_cache(self, conn: Any, scope: Scope) -> dict[RunID, Snapshot]:
+        """The durable projection cache of *scope*: Run id → snapshot."""
+        ...
+
+    def read_epoch(self, conn: Any, scope: Scope) -> int:
+        """The scope's persisted epoch (0 when never opened; RUN-CMT-6)."""
+        ...
+
+    def frozen_get(self, conn: Any, digest: Digest) -> bytes:
+        """The frozen body stored under *digest*. Raises FrozenValueMissingError."""
+        ...
 
 
 class SqlStoreBase(Generic[WS]):
@@ -106,6 +121,7 @@ class SqlStoreBase(Generic[WS]):
 
     @property
     def frozen(self) -> SqlFrozenStore[Any]:
+        """The store's frozen-body store (digest → bytes, RUN-WIR-4)."""
         raise NotImplementedError
 
     async def cached_projection(self, scope: Scope) -> dict[RunID, Snapshot]:
@@ -208,6 +224,7 @@ class SqlWriter(SqlReader[S]):
         self._ws = ws
 
     def run_store(self) -> SqlRunStore[Any]:
+        """The RunStore committing through this writer (RUN-CMT-1)."""
         raise NotImplementedError
 
     def projection(self) -> dict[RunID, Snapshot]:
@@ -215,6 +232,7 @@ class SqlWriter(SqlReader[S]):
         return self._ws.copy()
 
     def active_runs(self) -> tuple[RunID, ...]:
+        """The ids of the scope's active Runs (not a checkpoint)."""
         return tuple(self._ws.copy())
 
     async def create_run(
@@ -250,6 +268,7 @@ class SqlWriter(SqlReader[S]):
         return await self._store._append_events(self._ws, commit_id, events)
 
     async def commit(self, request: CommitRequest) -> CommitResult:
+        """``run_store().commit(request)`` (RUN-CMT-1)."""
         return await self.run_store().commit(request)
 
     async def commit_batch(self, requests: Sequence[CommitRequest]) -> BatchResult:
@@ -272,6 +291,7 @@ class SqlRunStore(Generic[W]):
 
     @property
     def scope(self) -> Scope:
+        """The scope of the writer this RunStore commits through."""
         return self._writer.scope
 
     async def load(self, run_id: RunID) -> Snapshot:
