@@ -150,6 +150,7 @@ class ResumeOutcome:
 
     @property
     def exit_code(self) -> int:
+        """The CLI exit code of the resumed result (as ``skill``'s, loop-host §9.1)."""
         from .skill import exit_code_of
 
         return exit_code_of(self.result)

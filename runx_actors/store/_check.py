@@ -65,6 +65,7 @@ class Problem:
     position: int | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The problem as a JSON object (every field, ``--json``)."""
         return attrs.asdict(self)
 
 
@@ -85,6 +86,7 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
+        """True when no problem was found (exit 0)."""
         return not self.problems
 
     def to_json(self) -> dict[str, Any]:

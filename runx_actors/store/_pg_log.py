@@ -107,18 +107,10 @@ def run_facts(
 
 
 def tail_facts(conn: Conn, scope: Scope, run_id: RunID, count: int) -> tuple[Fact, ...]:
-    """The Run's last *count* facts (all when it has fewer), checked as :func:`run_facts`
-    checks the rows from the one before the first returned (``SessionReader.tail_facts``).
-
-    The head is read first; a tail shorter than the head promises (a commit landed
-    between the two statements cannot shorten it, so only damage does) is read again
-    from position 0, which raises the damage :func:`run_facts` names.
-
-    Raises:
-        ValueError: *count* < 1.
-        RunNotFoundError, CorruptRecordError, CorruptStoreError: as :func:`run_facts`.
-    """
+    """The Run's last *count* facts, checked from the row before: ``_rows.tail_checked``
+    (``SessionReader.tail_facts``, RUN-STO-3; raises as it does)."""
     return shared.tail_checked(run_facts, conn, scope, run_id, count, "%s")
+
 
 #: The rows of a Run stream with their commit ids and the Run's head, in one statement.
 _RUN_FACTS = (
@@ -139,6 +131,7 @@ def record(conn: Conn, scope: Scope, run_id: RunID) -> Snapshot:
 
 
 def stream_exists(conn: Conn, scope: Scope, run_id: RunID) -> bool:
+    """True when *scope* has a ``runs`` row for *run_id* (RUN-NEW-1: creation refuses it)."""
     row = conn.execute(
         "SELECT 1 FROM runs WHERE scope = %s AND run_id = %s", (scope, run_id)
     ).fetchone()
@@ -146,6 +139,7 @@ def stream_exists(conn: Conn, scope: Scope, run_id: RunID) -> bool:
 
 
 def commit_exists(conn: Conn, scope: Scope, commit_id: str) -> bool:
+    """True when *scope*'s commit-id index holds *commit_id* (a known id replays, §4.8)."""
     row = conn.execute(
         "SELECT 1 FROM commits WHERE scope = %s AND commit_id = %s", (scope, commit_id)
     ).fetchone()
@@ -255,6 +249,7 @@ def stream_head(conn: Conn, scope: Scope, stream: str) -> int:
 
 
 def insert_run(conn: Conn, scope: Scope, run_id: RunID, snap: Snapshot) -> None:
+    """Add the Run's index row: head = *snap*'s position, active from its status."""
     conn.execute(
         "INSERT INTO runs (scope, run_id, head, active) VALUES (%s, %s, %s, %s)",
         (scope, run_id, snap.position, snap.state.status is RunStatus.ACTIVE),

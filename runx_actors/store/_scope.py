@@ -56,6 +56,8 @@ __all__ = [
 
 @attrs.frozen
 class Commit:
+    """One commit of the memory log: its id, epoch, and the events it appended."""
+
     commit_id: str
     epoch: int
     events: tuple[StoredEvent, ...]
@@ -119,10 +121,13 @@ class FrozenBodies:
         self._bodies: dict[Digest, bytes] = {}
 
     def put(self, digest: Digest, data: bytes) -> None:
+        """Keep *data* under *digest* (first write wins). Raises ValidationError when
+        *data* does not hash to *digest* (RUN-WIR-4)."""
         check_frozen(digest, data)
         self._bodies.setdefault(digest, bytes(data))
 
     def get(self, digest: Digest) -> bytes:
+        """The body under *digest*. Raises FrozenValueMissingError."""
         try:
             return self._bodies[digest]
         except KeyError:
@@ -147,6 +152,7 @@ class Projection:
         self.active: dict[RunID, Snapshot] = dict(active or {})
 
     def apply(self, run_id: RunID, snapshot: Snapshot) -> None:
+        """Track *snapshot* while the Run is active; drop the Run once it has ended."""
         if snapshot.state.status is RunStatus.ACTIVE:
             self.active[run_id] = snapshot
         else:
@@ -182,6 +188,8 @@ class ScopeLog:
         return self.epoch, self.rebuild_projection()
 
     def check_epoch(self, epoch: int) -> None:
+        """Raise OwnershipLostError unless *epoch* is the scope's current one (fencing,
+        RUN-CMT-6)."""
         if epoch != self.epoch:
             raise OwnershipLostError(
                 f"scope {self.scope!r} is owned by epoch {self.epoch}, not {epoch}",
@@ -189,6 +197,7 @@ class ScopeLog:
             )
 
     def rebuild_projection(self) -> Projection:
+        """Fold every Run stream again: the projection as an open computes it."""
         proj = Projection()
         for stream, events in self.streams.items():
             if not stream.startswith("run/"):
@@ -208,6 +217,7 @@ class ScopeLog:
     # -- reads -----------------------------------------------------------------------
 
     def stream_exists(self, run_id: RunID) -> bool:
+        """True when the Run's stream exists in this scope."""
         return run_stream(run_id) in self.streams
 
     def facts(self, run_id: RunID, *, tail: int | None = None) -> tuple[Fact, ...]:
@@ -232,9 +242,12 @@ class ScopeLog:
         return tuple(out)
 
     def fold(self, run_id: RunID) -> MachineState:
+        """The Run's log folded (raises RunNotFoundError, CorruptLogError)."""
         return fold_run(self.facts(run_id), run_id=run_id)
 
     def record(self, run_id: RunID, projection: Projection | None) -> Snapshot:
+        """The Run's log folded into a snapshot (RUN-CMT-2), checked against *projection*
+        when given (ProjectionDivergenceError)."""
         facts = self.facts(run_id)
         snap = Snapshot(fold_run(facts, run_id=run_id), len(facts) - 1)
         if projection is not None:

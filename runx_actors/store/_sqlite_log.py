@@ -107,17 +107,8 @@ def run_facts(
 def tail_facts(
     conn: sqlite3.Connection, scope: Scope, run_id: RunID, count: int,
 ) -> tuple[Fact, ...]:
-    """The Run's last *count* facts (all when it has fewer), checked as :func:`run_facts`
-    checks the rows from the one before the first returned (``SessionReader.tail_facts``).
-
-    The head is read first; a tail shorter than the head promises (a commit landed
-    between the two statements cannot shorten it, so only damage does) is read again
-    from position 0, which raises the damage :func:`run_facts` names.
-
-    Raises:
-        ValueError: *count* < 1.
-        RunNotFoundError, CorruptRecordError, CorruptStoreError: as :func:`run_facts`.
-    """
+    """The Run's last *count* facts, checked from the row before: ``_rows.tail_checked``
+    (``SessionReader.tail_facts``, RUN-STO-3; raises as it does)."""
     return shared.tail_checked(run_facts, conn, scope, run_id, count, "?")
 
 #: The rows of a Run stream with their commit ids and the Run's head, in one statement
