@@ -255,6 +255,9 @@ class ScopeLog:
         return snap
 
     def load(self, run_id: RunID, projection: Projection) -> Snapshot:
+        """*run_id*'s snapshot: the writer's *projection* when the Run is active there,
+        else the Run's folded log (:meth:`record`; the ended snapshot). RunStore.load's
+        memory path (RUN-CMT-2). Raises RunNotFoundError, CorruptLogError."""
         snap = projection.active.get(run_id)
         if snap is not None:
             return snap

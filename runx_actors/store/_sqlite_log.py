@@ -131,6 +131,8 @@ def record(conn: sqlite3.Connection, scope: Scope, run_id: RunID) -> Snapshot:
 
 
 def stream_exists(conn: sqlite3.Connection, scope: Scope, run_id: RunID) -> bool:
+    """True when *scope* has a ``runs`` row for *run_id* (RunExistsError's test in
+    create_run, RUN-NEW-1). One indexed read on the writer's connection."""
     row = conn.execute(
         "SELECT 1 FROM runs WHERE scope = ? AND run_id = ?", (scope, run_id)
     ).fetchone()

@@ -117,7 +117,8 @@ class RunStore(Protocol):
     """The transactional port of the Run module, bound to a writer (RUN-CMT-1)."""
 
     @property
-    def scope(self) -> Scope: ...
+    def scope(self) -> Scope:
+        """The scope this port commits into (a name valid under RUN-WIR-1)."""
 
     async def load(self, run_id: RunID) -> Snapshot:
         """The projection's snapshot (or the ended snapshot); RunNotFoundError."""
@@ -141,6 +142,9 @@ class RunStore(Protocol):
 
 @runtime_checkable
 class SessionReader(Protocol):
+    """The read side of one scope (RUN-CMT-2, RUN-STO-3): every read is of durable rows,
+    checked as it is read; it takes no epoch and fences nobody."""
+
     async def record(self, run_id: RunID) -> Snapshot:
         """Fold the Run's log (authoritative); RunNotFoundError; ProjectionDivergenceError."""
 
@@ -158,10 +162,16 @@ class SessionReader(Protocol):
 
 
 class SessionWriter(Protocol):
+    """The owner of one scope at one epoch (RUN-CMT-6): ``scope`` its name, ``epoch`` the
+    epoch :meth:`SessionStore.open` bumped to. Every write checks the epoch in the same
+    transaction; a later ``open`` of the scope fences this writer
+    (OwnershipLostError, nothing written)."""
+
     scope: Scope
     epoch: int
 
-    def run_store(self) -> RunStore: ...
+    def run_store(self) -> RunStore:
+        """The transactional port of the Run module, bound to this writer (RUN-CMT-1)."""
 
     def projection(self) -> dict[RunID, Snapshot]:
         """Read-only copy of the active Runs' snapshots."""
@@ -173,22 +183,39 @@ class SessionWriter(Protocol):
         *,
         commit_id: str,
         extra_events: Sequence[ForeignEvent] = (),
-    ) -> CommitResult: ...
+    ) -> CommitResult:
+        """Create *new_run* with its first *inputs* and *extra_events* (foreign streams,
+        RUN-NEW-1) as one durable commit under *commit_id* (idempotent: a commit id
+        already in the log returns ALREADY_APPLIED with the Run's snapshot and the facts it
+        committed, RUN-CMT-3). Raises ValidationError (an empty or invalid id, RUN-WIR-1;
+        nothing written), OwnershipLostError (fenced; nothing written), RunExistsError
+        (the Run exists under another commit id)."""
 
     async def append_events(self, commit_id: str, events: Sequence[ForeignEvent]) -> CommitStatus:
-        ...
+        """Append foreign *events* (non-``run/`` streams) as one durable commit under
+        *commit_id*: ACCEPTED, or ALREADY_APPLIED when the id is known (RUN-CMT-3).
+        Raises ValidationError (no events, a ``run/`` stream, an invalid name; nothing
+        written), OwnershipLostError (fenced; nothing written)."""
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Release what the writer holds of its own (the built-in stores hold nothing:
+        the store owns the connections). Idempotent; a checkpoint."""
 
 
 class SessionStore(Protocol):
+    """A durable home for scopes (RUN-CMT-1): ``open`` takes a scope over, ``reader``
+    reads it, ``frozen`` holds the content-addressed bodies (RUN-WIR-4)."""
+
     async def open(self, scope: Scope) -> SessionWriter:
         """Bump the scope's epoch and return its writer (rebuilding the projection)."""
 
-    async def reader(self, scope: Scope) -> SessionReader: ...
+    async def reader(self, scope: Scope) -> SessionReader:
+        """A reader of *scope*; no epoch is taken (a scope never opened has no Runs:
+        RunNotFoundError, empty streams)."""
 
     @property
-    def frozen(self) -> FrozenStore: ...
+    def frozen(self) -> FrozenStore:
+        """The store's content-addressed bodies (RUN-WIR-4)."""
 
 
 

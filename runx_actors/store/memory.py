@@ -62,9 +62,12 @@ class MemoryStore:
 
     @property
     def frozen(self) -> MemoryFrozenStore:
+        """The content-addressed bodies of every scope (RUN-WIR-4), in memory."""
         return self._frozen
 
     def scope_log(self, scope: Scope) -> ScopeLog:
+        """*scope*'s log (created empty on first use; no epoch is taken). Callers have
+        validated the name (RUN-WIR-1); tests use it to damage the log on purpose."""
         log = self._scopes.get(scope)
         if log is None:
             log = self._scopes[scope] = self.log_class(scope)
@@ -81,6 +84,7 @@ class MemoryStore:
         return MemoryWriter(self, scope, epoch, projection)
 
     async def reader(self, scope: Scope) -> MemoryReader:
+        """A reader of *scope* (RUN-CMT-2); no epoch is taken. Checkpoint."""
         await trio.lowlevel.checkpoint()
         return MemoryReader(self, scope)
 
