@@ -24,6 +24,7 @@ command) or ``RUNX_ACTORS_DEBUG=1`` prints the traceback as well.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import traceback
@@ -52,6 +53,7 @@ from .check import (
     result_to_dict,
 )
 from .check import models as check_models
+from .check._checker import MAX_WORKERS
 from .check._cli import config_options
 
 __all__ = ["main", "check", "EX_OK", "EX_VIOLATION", "EX_INCOMPLETE", "EX_USAGE",
@@ -216,6 +218,7 @@ def main() -> None:
 @click.option("--max-depth", type=click.IntRange(min=0), default=None,
               help="Do not follow actions from states N steps deep (incomplete if any).")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None,
+              callback=lambda ctx, param, value: _a_number(param, value),
               help="Stop after this many seconds (incomplete).")
 @click.option("--check-deadlock", is_flag=True,
               help="Report reachable states that cannot move on and are not final (an "
@@ -235,7 +238,8 @@ def main() -> None:
                    "reference machine (exit 0 clean, 1 violation, 66 unreadable store).")
 @click.option("--scope", "log_scope", default=None, help="With --log: only this scope.")
 @click.option("--run", "log_run", default=None, help="With --log: only this Run.")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--workers", type=click.IntRange(min=1, max=MAX_WORKERS), default=1,
+              show_default=True,
               help="Explore with N worker processes (bfs); the same result as 1.")
 def check(
     *,
@@ -317,6 +321,14 @@ def check(
     if not result.ok:
         return EX_VIOLATION
     return EX_OK if result.stats.complete else EX_INCOMPLETE
+
+
+def _a_number(param: click.Parameter, value: float | None) -> float | None:
+    """*value* unless it is NaN (click's FloatRange lets NaN through every bound): a usage
+    error, exit 64."""
+    if value is not None and math.isnan(value):
+        raise click.BadParameter("nan is not a number of seconds", param=param)
+    return value
 
 
 def _print_stats(

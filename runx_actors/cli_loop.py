@@ -30,6 +30,7 @@ from typing import Any
 
 import click
 
+from .protocol.canonical import MAX_SAFE_INTEGER
 from .protocol.errors import RunxError
 
 __all__ = ["loop", "keys", "LoopNotFoundError"]
@@ -49,7 +50,8 @@ def loop() -> None:
 @click.argument("package", type=click.Path())
 @click.option("--loop-id", required=True, help="The loop's id (the same id continues it).")
 @click.option("--runner", default="turn", show_default=True, help="The turn runner.")
-@click.option("--max-turns", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--max-turns", type=click.IntRange(min=1, max=MAX_SAFE_INTEGER), default=3,
+              show_default=True)
 @click.option("-i", "--input", "inputs", multiple=True, metavar="K=V",
               help="A fixed input of every turn; V is parsed as JSON when it is JSON.")
 @click.option("--input-json", "json_inputs", multiple=True, metavar="K=JSON",

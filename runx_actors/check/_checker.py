@@ -18,6 +18,11 @@ from ._search import Outcome, SearchContext, frozen_heap
 __all__ = ["check_model"]
 
 
+#: The most worker processes ``check_model`` forks (``--workers``): a typo must not fork a
+#: process per state (a fork bomb); more workers than cores only adds overhead.
+MAX_WORKERS = 64
+
+
 def check_model(
     model: Model[Any],
     *,
@@ -57,7 +62,8 @@ def check_model(
         progress: ``None`` (a ``rich`` display on stderr when it is a terminal), ``True``
             (always), ``False`` (never), or a callback receiving a ``ProgressSnapshot`` at
             most four times per second.
-        workers: explore with this many forked worker processes (BFS only; >= 1). The
+        workers: explore with this many forked worker processes (BFS only; 1 to
+            :data:`MAX_WORKERS`). The
             result (counts, verdict, counterexample) is the one ``workers=1`` gives; only
             where a time limit cuts differs. Needs the ``fork`` start method (POSIX).
 
@@ -79,8 +85,10 @@ def check_model(
         raise ValueError(f"max_depth must be >= 0, got {max_depth}")
     if time_limit is not None and not time_limit > 0:
         raise ValueError(f"time_limit must be > 0, got {time_limit}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    if (isinstance(workers, bool) or not isinstance(workers, int)
+            or not 1 <= workers <= MAX_WORKERS):
+        raise ValueError(f"workers must be an integer from 1 to {MAX_WORKERS}, got "
+                         f"{workers!r}")
     if workers > 1 and strategy is not Strategy.BFS:
         raise ValueError("workers > 1 needs the BFS strategy")
     search: Callable[[SearchContext], Outcome]

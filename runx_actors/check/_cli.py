@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import attrs
 import click
 
-from ._config import CheckConfig
+from ._config import MAX_COUNT, CheckConfig
 from ._errors import ConfigFileError
 
 __all__ = ["PROFILES", "DEFAULT_PROFILE", "MAX_CONFIG_BYTES", "config_options",
@@ -81,7 +81,8 @@ def config_options(func: F) -> F:
                                 help=_HELP[name])(func)
         else:
             minimum = 1 if name in ("runs", "max_prepares") else 0
-            func = click.option(f"--{flag}", name, type=click.IntRange(min=minimum),
+            func = click.option(f"--{flag}", name,
+                                type=click.IntRange(min=minimum, max=MAX_COUNT),
                                 default=None, metavar="N", help=_HELP[name])(func)
     func = click.option(
         "--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),

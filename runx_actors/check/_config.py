@@ -6,13 +6,20 @@ from typing import Any
 
 import attrs
 
-__all__ = ["CheckConfig"]
+__all__ = ["CheckConfig", "MAX_COUNT"]
+
+#: The largest count a configuration takes. Far past what a search can exhaust (three
+#: calls already make over a million states); a larger value could only make the model
+#: build an absurd initial state (an OverflowError for one past a machine index).
+MAX_COUNT = 1000
 
 
 def _at_least(minimum: int) -> Any:
     def validate(instance: Any, attribute: attrs.Attribute[int], value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{attribute.name} must be an integer >= {minimum}, got {value!r}")
+        if (isinstance(value, bool) or not isinstance(value, int)
+                or not minimum <= value <= MAX_COUNT):
+            raise ValueError(f"{attribute.name} must be an integer from {minimum} to "
+                             f"{MAX_COUNT}, got {value!r}")
 
     return validate
 
@@ -27,10 +34,10 @@ class CheckConfig:
     """How many of each thing a model may create, and which behaviours it includes; the
     model's state space grows with each.
 
-    Counts are integers (``runs`` and ``max_prepares`` at least 1, the others at least 0);
-    switches are booleans. These defaults are the bare environment; the CLI's profiles
-    (``runx_actors.check.PROFILES``) switch more on. Raises ``ValueError`` on a count out
-    of range or a switch that is not a bool.
+    Counts are integers (``runs`` and ``max_prepares`` at least 1, the others at least 0;
+    all at most :data:`MAX_COUNT`); switches are booleans. These defaults are the bare
+    environment; the CLI's profiles (``runx_actors.check.PROFILES``) switch more on.
+    Raises ``ValueError`` on a count out of range or a switch that is not a bool.
     """
 
     runs: int = attrs.field(default=1, validator=_at_least(1))

@@ -335,7 +335,11 @@ def python_tool(fn: Callable[..., Any], *, ref: ToolRef, name: str | None = None
     """Declare *fn* as a tool. ``name`` (model-facing) defaults to ``ref``;
     ``parameters`` is a JSON-Schema object (mapping or JSON text; default any object).
 
-    Raises ``ValidationError`` for an empty ref or invalid parameters JSON.
+    What *fn* returns is the call's output: a JSON value other than ``None`` or ``""``
+    (RUN-WIR-4; a side-effect tool returns e.g. ``{"ok": True}``). ``None``, ``""``, a
+    value that is not JSON, or an integer too large for a double (``10**400``) fails the
+    call with class ``internal``; an integer past ±(2^53−1) is kept as the nearest double
+    (D-11). Raises ``ValidationError`` for an empty ref or invalid parameters JSON.
     """
     definition = ToolDefinition(name=name or ref, description=description,
                                 parameters=_parameters_text(parameters))

@@ -91,6 +91,11 @@ _HINTS: tuple[tuple[type[BaseException], str], ...] = (
 )
 
 
+#: A loop's record differs from the spec (a governed run's mismatch keeps the run-id hint).
+_LOOP_MISMATCH_HINT = ("use a new --loop-id, or the loop's original package, runner, "
+                       "inputs and --max-turns")
+
+
 def environment() -> dict[str, str]:
     """A copy of the process environment."""
     return dict(os.environ)
@@ -157,6 +162,8 @@ def hint_for(exc: BaseException) -> str:
     """A line saying what to do about *exc*, or ``""``."""
     if isinstance(exc, ReceiptIndexStaleError):
         return str(getattr(exc, "hint", ""))
+    if isinstance(exc, LoopConfigMismatch) and getattr(exc, "loop_id", None):
+        return _LOOP_MISMATCH_HINT
     if isinstance(exc, PackageError) and getattr(exc, "reason", "") in _PACKAGE_HINTS:
         return _PACKAGE_HINTS[str(getattr(exc, "reason", ""))]
     for kind, hint in _HINTS:

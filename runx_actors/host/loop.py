@@ -29,6 +29,7 @@ import attrs
 import trio
 
 from ..protocol import facts as F
+from ..protocol.canonical import MAX_SAFE_INTEGER
 from ..protocol.commit import CommitStatus
 from ..protocol.errors import RunTerminalError
 from ..protocol.values import RunStatus
@@ -222,6 +223,18 @@ def projection(turns: Sequence[TurnSummary]) -> dict[str, Any]:
             "last_receipt_id": last}
 
 
+def check_max_turns(value: Any) -> None:
+    """Raise InputContractError when *value* is a number past ±(2^53−1): JSON numbers are
+    doubles (D-11), so the loop's record would hold another number than the spec and
+    refuse the loop on every later call. Checked before any loop fact is written (§2.3).
+    Other values are left to the contract and to the turn (§3.2: a budget of 0, -1 or
+    1.5 fails the turn; a non-number is an InputContractError)."""
+    if (isinstance(value, int | float) and not isinstance(value, bool)
+            and abs(value) > MAX_SAFE_INTEGER):
+        raise InputContractError(f"input_contract_invalid: max_turns must be at most "
+                                 f"{MAX_SAFE_INTEGER}, not {value!r}", field="max_turns")
+
+
 def _number(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
@@ -247,11 +260,13 @@ class LoopHost:
         Cancellation: the host may be cancelled (or killed) anywhere; calling ``run`` again
             with the same spec continues exactly where the record stands (§2.6).
         Raises:
-            InputContractError: the turn inputs violate the contract (nothing written).
+            InputContractError: the turn inputs violate the contract, or ``max_turns``
+                is past ±(2^53−1) (nothing written).
             LoopConfigMismatch: the stored loop differs from *spec* (nothing written).
             LoopIntegrityError: a recorded turn fails verification (nothing submitted).
             OwnershipLostError: another host took over the scope; this one stopped.
         """
+        check_max_turns(spec.max_turns)
         spec.turn_inputs(1, None)  # the contract holds before any loop fact
         reader = await self.store.reader(spec.scope)
         record = fold_loop(spec.loop_id, await reader.read_stream(loop_stream(spec.loop_id)))

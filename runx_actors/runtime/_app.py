@@ -43,6 +43,7 @@ from ..protocol.errors import (
     OwnershipLostError,
     RunConflictError,
     RunNotFoundError,
+    RuntimeClosedError,
     ValidationError,
 )
 from ..protocol.ids import derive_input_command_id, derive_response_command_id
@@ -97,6 +98,18 @@ def _ints(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _ints(v) for k, v in value.items()}
     return value
+
+
+def _check_inputs(texts: object) -> None:
+    """Raise ValidationError unless *texts* is a sequence (not a string) of texts and
+    AgentInputs (APP-NEW-1): a bare string would be taken letter by letter."""
+    if isinstance(texts, str | bytes | bytearray) or not isinstance(texts, Sequence):
+        raise ValidationError(f"inputs must be a list of texts or AgentInputs, not "
+                              f"{type(texts).__name__} (a single text: [text])")
+    for n, item in enumerate(texts):
+        if not isinstance(item, str | AgentInput):
+            raise ValidationError(f"input {n} is {type(item).__name__}, not a text (str) "
+                                  f"or an AgentInput", index=n)
 
 
 def input_body(text: str) -> tuple[AgentInput, bytes]:
@@ -433,7 +446,12 @@ class Runtime:
     idempotent; a refused command writes nothing and raises (``StaleRuntimeError``,
     ``RunTerminalError``, ``RunNotFoundError``). After another process opened the same
     scope every write raises ``OwnershipLostError`` (attributes ``scope``, ``epoch``,
-    ``current``).
+    ``current``). Once the ``open_runtime`` block has ended every method that writes
+    (``create_run``, ``accept_input``, ``approve``, ``reject``, ``respond``, ``cancel``,
+    ``drive``, ``start_drive``) raises ``RuntimeClosedError`` and writes nothing
+    (RUN-ACT-3); the reads (``record``, ``answer``, ``transcript``, ``waiting``,
+    ``snapshot``, ``events``: the history, no live part) still answer while the store is
+    open.
     """
 
     store: RuntimeStore
@@ -453,6 +471,13 @@ class Runtime:
         store: RunStore = self.runtime.run_store
         return store
 
+    def _open(self) -> None:
+        """Raise RuntimeClosedError once ``open_runtime``'s block is left (RUN-ACT-3): a
+        handle that escaped its block writes nothing."""
+        if self.runtime.closed:
+            raise RuntimeClosedError("the runtime is closed: its open_runtime block has "
+                                     "ended", scope=self.scope)
+
     def _notify(self, run_id: RunID, command_id: str, result: CommitResult) -> None:
         """Announce an application command's commit to the hub (and the runtime's sink)
         so ``events`` streams it (APP-EVT-1)."""
@@ -468,6 +493,7 @@ class Runtime:
             if isinstance(item, AgentInput):
                 out.append(item)
                 continue
+            assert isinstance(item, str)  # _check_inputs ran first
             shell, data = input_body(item)
             await self.store.frozen.put(shell.digest, data)
             out.append(AgentInput(f"{run_id}/input-{n}", shell.digest))
@@ -488,9 +514,15 @@ class Runtime:
                 another causation id (nothing written; attributes ``existing``,
                 ``requested``: the input digests).
             RunExistsError: the Run exists under another commit id.
-            ValidationError: an empty or non-UTF-8 id, foreign events on ``run/``.
+            ValidationError: an invalid run id (RUN-WIR-1), *inputs* not a list of texts
+                and AgentInputs (a bare string is refused, not split), foreign events on
+                ``run/`` (nothing written, no body frozen).
             OwnershipLostError: another writer opened the scope.
+            RuntimeClosedError: the ``open_runtime`` block has ended (RUN-ACT-3).
         """
+        self._open()
+        validate_name(run_id, "run id")
+        _check_inputs(inputs)
         items = await self._inputs(run_id, inputs, 0)
         cid = commit_id or f"create:{run_id}"
         result = await self.writer.create_run(NewRun(run_id, causation_id), items,
@@ -527,8 +559,10 @@ class Runtime:
 
         Raises: RunAlreadyRunningError (another drive of this Run), OwnershipLostError,
         RunNotFoundError, ModelUnavailableError, PrepareStalledError,
-        FrozenValueMissingError, DispatchUnknownError (see ``RunHandle.drive``).
+        FrozenValueMissingError, DispatchUnknownError (see ``RunHandle.drive``),
+        RuntimeClosedError.
         """
+        self._open()
         handle = self.runtime.run(run_id, settings=settings)
         result = await handle.drive(builder or self.builder, sink=sink)
         return await self._complete(run_id, result)
@@ -543,6 +577,7 @@ class Runtime:
         would return before its answer/waiting details (read them with :meth:`answer`,
         :meth:`waiting`). Raises RunAlreadyRunningError, RuntimeClosedError.
         """
+        self._open()
         handle = self.runtime.run(run_id, settings=settings)
         return await handle.start_drive(builder or self.builder, sink=sink)
 
@@ -573,8 +608,14 @@ class Runtime:
         """Queue inputs for *run_id* (ids continue the Run's numbering; RUN-LOP-8). Legal
         in every active state; the next model step consumes them.
 
-        Raises RunTerminalError (ended Run), RunNotFoundError, OwnershipLostError.
+        Raises RunTerminalError (ended Run), RunNotFoundError, OwnershipLostError,
+        ValidationError (an input that is not a text or an AgentInput, or none at all;
+        nothing written), RuntimeClosedError.
         """
+        self._open()
+        _check_inputs(texts)
+        if not texts:
+            raise ValidationError("accept_input needs at least one input", run_id=run_id)
         facts = await self.writer.run_facts(run_id)
         n = sum(1 for f in facts if isinstance(f, F.InputAccepted))
         inputs = await self._inputs(run_id, texts, n)
@@ -604,8 +645,9 @@ class Runtime:
         RUN-MCH-4). The next drive starts it.
 
         Raises ValidationError (no such waiting call), StaleRuntimeError,
-        OwnershipLostError; nothing is written then.
+        OwnershipLostError, RuntimeClosedError; nothing is written then.
         """
+        self._open()
         request = await self._request(run_id, call_id)
         return await self._respond(request, await approve(self.run_store, request))
 
@@ -613,6 +655,7 @@ class Runtime:
         """Reject the waiting call *call_id*: it fails KNOWN (``permission_denied`` for an
         approval, ``response_rejected`` for a response) and the model sees the failure
         (RUN-MCH-4). Raises as :meth:`approve`."""
+        self._open()
         request = await self._request(run_id, call_id)
         return await self._respond(request, await reject(self.run_store, request, reason))
 
@@ -620,6 +663,7 @@ class Runtime:
         """Answer the waiting external-response call *call_id* with the JSON value
         *payload*; the model sees it as the call's output (RUN-MCH-4). Raises
         CanonicalJSONError (not JSON), else as :meth:`approve`."""
+        self._open()
         request = await self._request(run_id, call_id)
         return await self._respond(request, await answer(self.run_store, request, payload))
 
@@ -629,7 +673,8 @@ class Runtime:
         ``ActorRuntime.cancel_run``: the Run's in-flight effects are cancelled at the
         executor and a concurrent drive returns FINISHED within ``drain_timeout``; an
         idle Run ends at once. Raises RunTerminalError (already ended), RunNotFoundError,
-        OwnershipLostError."""
+        OwnershipLostError, RuntimeClosedError."""
+        self._open()
         command_id = f"cancel:{request_id or run_id}"
         result: CommitResult = await self.runtime.cancel_run(run_id, command_id)
         self._notify(run_id, command_id, result)
@@ -661,13 +706,16 @@ class Runtime:
         For None: every Run's events as the runtime emits them (never ends before the
         runtime closes; no ordering promise across Runs).
 
-        Raises: ValidationError at the call for a *run_id* that is not a valid name
-        (RUN-WIR-1, ``validate_name``): no Run can carry it, so its stream would never
-        start.
+        Raises, at the call: ValidationError for a *run_id* that is not a valid name
+        (RUN-WIR-1, ``validate_name``: no Run can carry it, so its stream would never
+        start) or a *since* that is not a position (an int ≥ 0).
         """
         if run_id is None:
             return self.runtime.hub.subscribe(None)
         validate_name(run_id, "run id")
+        if type(since) is not int or since < 0:
+            raise ValidationError(f"since must be a log position (an int >= 0), not "
+                                  f"{since!r}", run_id=run_id)
         return self._run_events(run_id, since)
 
     async def _log_commits(self, run_id: RunID, start: int) -> tuple[list[Event], bool]:

@@ -93,6 +93,12 @@ class ActorRuntime:
         """The scope whose writer this runtime uses (RUN-CMT-6)."""
         return str(self.writer.scope)
 
+    @property
+    def closed(self) -> bool:
+        """True from the moment the runtime starts closing (``__aexit__``): requests
+        then get RuntimeClosedError (RUN-ACT-3)."""
+        return self._closed
+
     async def __aenter__(self) -> ActorRuntime:
         stack = contextlib.AsyncExitStack()
         await stack.__aenter__()
@@ -177,8 +183,11 @@ class ActorRuntime:
         Checkpoint: always. Cancellation: before the commit nothing is written; once
         committed, the executor cancels run shielded (at most ``settle_timeout``).
         Raises: RunNotFoundError, RunTerminalError (the Run already ended otherwise),
-        OwnershipLostError, and the store's errors.
+        OwnershipLostError, RuntimeClosedError (the runtime is closed or closing: nothing
+        written), and the store's errors.
         """
+        if self._closed:
+            raise RuntimeClosedError("the runtime is closed", run_id=run_id)
         request = CommitRequest(0, envelope(run_id, command_id, C.CancelRun("cancelled")))
         # Close the Run's dispatch gate first: a start committed before CancelRun but not
         # yet sent is never sent, and a dispatch already sent has returned (so the

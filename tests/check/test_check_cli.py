@@ -165,6 +165,12 @@ def test_violation_trace_formats(fake_registry: None, fmt: str) -> None:
         ["--trace-format", "svg"],
         ["--variant", "nope"],
         ["--model", "core"],
+        # a fresh user's tries: a fork per worker, an index-sized count, NaN seconds
+        ["--workers", "65"],
+        ["--workers", "100000"],
+        ["--runs", "99999999999999999999"],
+        ["--calls", "1001"],
+        ["--time-limit", "nan"],
     ],
 )
 def test_usage_errors_exit_64(fake_registry: None, args: list[str]) -> None:
@@ -201,3 +207,30 @@ def test_model_code_error_exits_70(
     data = json.loads(out)
     assert data["ok"] is False and data["error"]["where"] == "actions"
     assert data["error"]["trace"]["length"] == 2
+
+
+@pytest.mark.parametrize("text", ["runs = 99999999999999999999\n", "calls = 1001\n"])
+def test_config_file_counts_are_bounded(fake_registry: None, tmp_path: pathlib.Path,
+                                        text: str) -> None:
+    path = tmp_path / "check.toml"
+    path.write_text(text)
+    code, _, err = _run("--config", str(path))
+    assert code == 64 and "from" in err and "1000" in err
+    assert "Traceback" not in err
+
+
+def test_the_api_bounds_match_the_flags() -> None:
+    from runx_actors.check import check_model
+    from runx_actors.check._checker import MAX_WORKERS
+    from runx_actors.check._config import MAX_COUNT
+
+    CheckConfig(runs=MAX_COUNT, calls=MAX_COUNT)  # the largest counts are accepted
+    with pytest.raises(ValueError):
+        CheckConfig(runs=MAX_COUNT + 1)
+    model = synthetic_models.build_mutex(CheckConfig(runs=1))
+    for workers in (0, MAX_WORKERS + 1, True):
+        with pytest.raises(ValueError):
+            check_model(model, workers=workers)
+    for limit in (float("nan"), 0.0, -1.0):
+        with pytest.raises(ValueError):
+            check_model(model, time_limit=limit)

@@ -60,8 +60,19 @@ def test_loop_run_status_and_replay(tmp_path: Path) -> None:
     assert len(_turn_lines(status.stdout)) == 2
     other = _run(cwd, *LOOP[:-4], "--max-turns", "5", "--store", "st", "-R", "rc")
     assert other.returncode == 1 and "max_turns" in other.stderr  # LoopConfigMismatch
+    assert "hint: use a new --loop-id" in other.stderr  # a loop's hint, not a run's
     missing = _run(cwd, "loop", "status", "nope", "--store", "st")
     assert missing.returncode == 1 and "no loop 'nope'" in missing.stderr
+
+
+def test_a_max_turns_past_2_53_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """2^53 + 1 cannot be recorded exactly (D-11): it used to be written as a double and
+    then refused by the loop's own record on every call."""
+    cwd = _workdir(tmp_path)
+    big = _run(cwd, *LOOP[:-4], "--max-turns", str(2**53 + 1), "--store", "st", "-R", "rc")
+    assert big.returncode == 64, big.stderr
+    assert "--max-turns" in big.stderr and "Traceback" not in big.stderr
+    assert not (cwd / "st").exists() and not (cwd / "rc").exists()
 
 
 def test_killed_loop_resumes_from_its_record(tmp_path: Path) -> None:

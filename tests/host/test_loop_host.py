@@ -39,7 +39,7 @@ from runx_actors.host._records import (
     governed_stream,
     loop_stream,
 )
-from runx_actors.host.errors import LoopConfigMismatch, LoopIntegrityError
+from runx_actors.host.errors import InputContractError, LoopConfigMismatch, LoopIntegrityError
 from runx_actors.host.loop import InputRefusedError
 from runx_actors.host.package import load_package
 from runx_actors.host.receipts import (
@@ -483,6 +483,21 @@ async def test_restart_with_changed_config_refused(tmp_path: Path) -> None:
         assert caught.value.exit_code == 1
         assert (len(log.commits), log.epoch) == (commits, epoch)  # nothing written
     assert caught.value.field == "fixed_inputs"
+
+
+@pytest.mark.parametrize("max_turns", [2**53, 2**53 + 1, 2**60, 10**20, -(2**53), 1e300])
+async def test_a_max_turns_that_cannot_be_recorded_is_refused_first(
+        tmp_path: Path, max_turns: Any) -> None:
+    """§2.3: the budget is checked before any loop fact; one past 2^53−1 would be
+    recorded as a double (D-11) and then mismatch the spec on every later call (a
+    budget of 0 or 1.5 still fails its turn: test_turn_policy)."""
+    env = make_env(tmp_path)
+    with pytest.raises(InputContractError) as caught:
+        await env.host().run(env.spec("success", max_turns=max_turns))
+    assert caught.value.field == "max_turns"
+    assert env.store.scope_log(SCOPE).commits == []  # nothing written
+    outcome = await env.host().run(env.spec("success", max_turns=2**53 - 1))
+    assert outcome.status == "stopped"  # the largest budget that records exactly works
 
 
 async def test_concurrent_hosts_single_run_per_turn(tmp_path: Path) -> None:
