@@ -30,7 +30,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import attrs
 import click
@@ -57,7 +57,7 @@ from .check._checker import MAX_WORKERS
 from .check._cli import config_options
 
 __all__ = ["main", "check", "EX_OK", "EX_VIOLATION", "EX_INCOMPLETE", "EX_USAGE",
-           "EX_SOFTWARE", "DEBUG_ENV"]
+           "EX_SOFTWARE", "EX_INTERRUPTED", "DEBUG_ENV"]
 
 EX_OK = 0
 EX_VIOLATION = 1
@@ -126,18 +126,38 @@ class _Main(click.Group):
         except click.ClickException as exc:
             exc.show()
             sys.exit(exc.exit_code)
-        except click.Abort:
+        except click.Abort as exc:
+            if isinstance(exc.__cause__, KeyboardInterrupt):  # click's wrap of Ctrl-C
+                _interrupted()
             click.echo("Aborted!", err=True)
             sys.exit(1)
         except KeyboardInterrupt:
-            click.echo("runx-actors: interrupted", err=True)
-            sys.exit(130)
+            _interrupted()
+        except BaseExceptionGroup as group:  # trio.run wraps a Ctrl-C met inside a nursery
+            if group.subgroup(KeyboardInterrupt) is not None:
+                _interrupted()
+            if not isinstance(group, Exception):
+                raise
+            sys.exit(_report_error(group, debug=self.debug))
         except Exception as exc:  # the one top-level handler: no raw traceback (RUN-CLI-1)
             sys.exit(_report_error(exc, debug=self.debug))
         sys.exit(code if isinstance(code, int) else EX_OK)
 
     #: Set by ``--debug`` or ``RUNX_ACTORS_DEBUG``: print tracebacks of errors.
     debug: bool = False
+
+
+#: The exit code of a command stopped by SIGINT (Ctrl-C): 128 + 2, as shells report it.
+EX_INTERRUPTED = 130
+
+
+def _interrupted() -> NoReturn:
+    """Report a SIGINT (Ctrl-C) in the CLI's two lines and exit 130: never the code of a
+    finding (1: a counterexample, a failed seed) nor a traceback."""
+    click.echo("runx-actors: interrupted (SIGINT)", err=True)
+    click.echo("hint: the command stopped before it finished and reported nothing; what "
+               "it had committed is durable, and running it again continues", err=True)
+    sys.exit(EX_INTERRUPTED)
 
 
 def _check_utf8(args: Sequence[str]) -> None:

@@ -93,7 +93,9 @@ def _parse_inputs(pairs: Sequence[str], json_pairs: Sequence[str]) -> dict[str, 
     """``-i k=v`` (the value parsed as JSON when it is JSON, else the text) and
     ``--input-json k=json`` (must be JSON). Both use the strict JSON reader: duplicate
     keys, NaN/Infinity, nesting past 64 levels and values over
-    ``limit_for("input_json")`` bytes (1 MiB) are refused. Raises click.UsageError."""
+    ``limit_for("input_json")`` bytes (1 MiB) are refused, and so is a key given twice
+    (over both options: a second ``-i allowed_tools=…`` must not silently replace the
+    first). Raises click.UsageError (exit 64)."""
     out: dict[str, Any] = {}
     cap = limit_for("input_json")
     for option, items, strict in (("-i", pairs, False), ("--input-json", json_pairs, True)):
@@ -101,6 +103,9 @@ def _parse_inputs(pairs: Sequence[str], json_pairs: Sequence[str]) -> dict[str, 
             key, sep, text = item.partition("=")
             if not sep or not key:
                 raise click.UsageError(f"{option} expects key=value, got {item[:80]!r}")
+            if key in out:
+                raise click.UsageError(f"input {key[:80]!r} is given twice ({option} "
+                                       f"{key[:80]}=…); give each input once")
             try:
                 value: Any = loads_json(text, source=f"{option} {key}", max_bytes=cap)
             except MalformedInputError as exc:

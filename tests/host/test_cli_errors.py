@@ -85,6 +85,21 @@ def test_deep_input_json_is_a_usage_error(tmp_path: Path, depth: int) -> None:
     assert "nested deeper than 64" in result.output
 
 
+@pytest.mark.parametrize("args", [
+    ["-i", "loop_id=a", "-i", "loop_id=b"],
+    ["-i", "objective=x", "--input-json", 'objective="y"'],
+    ["--input-json", "objective=1", "--input-json", "objective=2"],
+])
+def test_an_input_given_twice_is_a_usage_error(tmp_path: Path, args: list[str]) -> None:
+    """The last one used to win silently (a second -i allowed_tools=… would replace the
+    first); the strict reader already refused a duplicate key inside one JSON value."""
+    (tmp_path / "ws").mkdir()
+    result = run(["skill", str(EXAMPLE), *args, "--store", "s.sqlite3"], tmp_path)
+    assert_clean(result, {64})
+    assert "given twice" in result.output
+    assert not (tmp_path / "s.sqlite3").exists()  # refused before the store is opened
+
+
 @pytest.mark.parametrize("text", ["42\n", "- a\n", "", "name: [1\n", "a: 1\na: 2\n",
                                   "name: " + "[" * 50_000 + "]" * 50_000])
 def test_malformed_xyaml_exits_1_with_one_line(tmp_path: Path, text: str) -> None:

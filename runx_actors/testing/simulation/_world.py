@@ -362,6 +362,8 @@ class World:
                                 process.cancel()
                     except BaseException as exc:
                         self.rt_open = False
+                        if _interrupted(exc):
+                            raise  # the user's Ctrl-C stops the simulation, not a finding
                         self._runtime_error(exc)
                     self.rt_open = False
                     if self.event in ("close_runtime", "store_closed", "takeover"):
@@ -533,6 +535,8 @@ class World:
             try:
                 result = await rt.drive(run_id, builder=builder)
             except BaseException as exc:
+                if _interrupted(exc):
+                    raise  # the user's Ctrl-C stops the simulation, not a finding
                 # a bare Cancelled, an error, or (a caller cancelled while its request
                 # failed) both in one group: split them, then re-check cancellation
                 leaves = _leaves(exc)
@@ -749,6 +753,12 @@ class _Ledger:
                 f"the Reconciler gave up effect {key.effect[:12]} ({entry.reason}) because "
                 f"its redispatch hit a closed runtime")
         return await self.inner.append(key, entry, seq=seq, epoch=epoch)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """True when *exc* is, or holds, a KeyboardInterrupt: the person running the
+    simulation pressed Ctrl-C (SIGINT). It is never the runtime's failure."""
+    return any(isinstance(e, KeyboardInterrupt) for e in _leaves(exc))
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
