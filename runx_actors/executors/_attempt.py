@@ -73,6 +73,10 @@ async def run_model(model: Model, request: ModelRequest, emit: ModelEmit,
         return ModelFailed(error.code, error.message)
     except Exception as error:
         return ModelFailed(FailureCode.EXECUTOR_ERROR, f"{type(error).__name__}: {error}")
+    except BaseException as error:
+        if stops_the_process(error):
+            raise
+        return ModelFailed(FailureCode.EXECUTOR_ERROR, f"{type(error).__name__}: {error}")
     if limit is not None and limit.cancelled_caught:
         return ModelFailed(FailureCode.DEADLINE_EXCEEDED, f"no answer within {timeout} s")
     if not isinstance(result, ModelResult):
@@ -107,7 +111,10 @@ async def run_tool(found: Tool, assignment: Assignment, arguments: str,
                    emit: ModelEmit, max_output_bytes: int | None = None) -> OutcomeResult:
     """Run *found* once with the call's canonical *arguments*. Sync callables run in a
     worker thread that is abandoned on cancellation (the Outcome is then ``Cancelled``
-    while the thread may still finish its work). Raises: only Cancelled."""
+    while the thread may still finish its work). A ``SystemExit`` or another
+    BaseException the tool raises is an UNKNOWN outcome, as an Exception is (the Run
+    records ``effect_unknown``; :func:`stops_the_process`). Raises: only Cancelled and
+    KeyboardInterrupt."""
     refused = found.arguments_failure(arguments)
     if refused is not None:
         return ToolExecutionFailed(refused, RetryDisposition.NEVER)
@@ -129,10 +136,30 @@ async def run_tool(found: Tool, assignment: Assignment, arguments: str,
     except Exception as error:  # unexpected: the effect may or may not have happened
         return ToolExecutionUnknown(ToolFailure(
             ToolFailureClass.EXECUTION_FAILED, f"{type(error).__name__}: {error}"))
+    except BaseException as error:
+        if stops_the_process(error):
+            raise
+        # SystemExit (a wrapped CLI's ``sys.exit``, argparse's error path) or another
+        # BaseException of the tool's code is that call's failure, never the process's
+        # nor another Run's (RUN-ACT-1): the effect may or may not have happened
+        return ToolExecutionUnknown(ToolFailure(
+            ToolFailureClass.EXECUTION_FAILED, f"{type(error).__name__}: {error}"))
     if limit is not None and limit.cancelled_caught:
         return ToolExecutionUnknown(ToolFailure(
             ToolFailureClass.TIMEOUT, f"no answer within {found.timeout} s"))
     return tool_output(value, max_output_bytes)
+
+
+def stops_the_process(error: BaseException) -> bool:
+    """True for what a tool or model call must let through: ``trio.Cancelled`` (the
+    caller's or the executor's cancellation), ``KeyboardInterrupt`` (trio delivers the
+    user's Ctrl-C into whatever task runs, a tool's code included) and
+    ``GeneratorExit``, alone or inside an exception group. Any other BaseException —
+    ``SystemExit`` from a tool that calls ``sys.exit`` — is the call's own failure
+    (RUN-ACT-1)."""
+    if isinstance(error, BaseExceptionGroup):
+        return any(stops_the_process(e) for e in error.exceptions)
+    return isinstance(error, trio.Cancelled | KeyboardInterrupt | GeneratorExit)
 
 
 def streams(model: object) -> bool:

@@ -339,7 +339,9 @@ def python_tool(fn: Callable[..., Any], *, ref: ToolRef, name: str | None = None
     (RUN-WIR-4; a side-effect tool returns e.g. ``{"ok": True}``). ``None``, ``""``, a
     value that is not JSON, or an integer too large for a double (``10**400``) fails the
     call with class ``internal``; an integer past ±(2^53−1) is kept as the nearest double
-    (D-11). Raises ``ValidationError`` for an empty ref or invalid parameters JSON.
+    (D-11). An exception *fn* raises — ``SystemExit`` and other BaseExceptions included,
+    but not ``KeyboardInterrupt`` — fails only that call (UNKNOWN: ``effect_unknown``;
+    RUN-ACT-1). Raises ``ValidationError`` for an empty ref or invalid parameters JSON.
     """
     definition = ToolDefinition(name=name or ref, description=description,
                                 parameters=_parameters_text(parameters))

@@ -62,6 +62,46 @@ def test_duplicate_allowed_tools_key_is_refused(package: Path) -> None:
     assert "X.yaml" in str(err)
 
 
+@pytest.mark.parametrize("line", [
+    "    allowed_tools: {fs.read: true, fs.write: false}",  # was read as its keys: widened
+    "    allowed_tools: fs.read",                           # was split into letters
+    "    allowed_tools: 'fs.read, fs.write'",
+    "    allowed_tools: 7",
+    "    tools: {fs.read: 1}",
+    "    approval_required: fs.write",
+])
+def test_a_list_field_given_a_mapping_or_a_string_is_refused(package: Path,
+                                                             line: str) -> None:
+    """A fresh user's find: cattrs structured a mapping as the list of its keys (so
+    ``{fs.read: true, fs.write: false}`` allowed fs.write) and a string letter by letter."""
+    text = _xyaml(package).read_text()
+    key = line.split(":")[0].strip()
+    old = next((x for x in text.splitlines() if x.startswith(f"    {key}:")), None)
+    if old is None:  # a key the example does not set: add it beside allowed_tools
+        old = next(x for x in text.splitlines() if x.startswith("    allowed_tools:"))
+        line = f"{old}\n{line}"
+    _xyaml(package).write_text(text.replace(old, line, 1))
+    err = _load_error(package)
+    assert "expected a list" in str(err), str(err)
+
+
+def test_a_step_field_given_a_string_is_refused(package: Path) -> None:
+    text = _xyaml(package).read_text()
+    changed = text.replace("context_skills: [./context/loop-operator]",
+                           "context_skills: ./context/loop-operator", 1)
+    assert changed != text
+    _xyaml(package).write_text(changed)
+    assert "expected a list" in str(_load_error(package))
+
+
+def test_a_mapping_field_given_a_list_is_refused(package: Path) -> None:
+    text = _xyaml(package).read_text()
+    changed = text.replace("runners:", "runners: [a]\nunused:", 1)
+    assert changed != text
+    _xyaml(package).write_text(changed)
+    assert "expected a mapping" in str(_load_error(package))
+
+
 def test_xyaml_symlink_to_dev_zero_is_refused(package: Path) -> None:
     _xyaml(package).unlink()
     _xyaml(package).symlink_to("/dev/zero")
