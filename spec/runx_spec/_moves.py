@@ -872,9 +872,16 @@ def canonical(w: World) -> World:
     is refused before anything else, the store checking the epoch first). Runs and owners
     are not interchangeable (their ids are in the facts). Only for a store that fences.
 
-    It reads only the owners and the store's epoch: the reduced owners are computed once
-    per pair (:func:`_canonical_owners`)."""
-    key = (w.owners, w.store.epoch)
+    It reads only the owners and the store's epoch: a world none of whose owners is such a
+    writer is its own key (most worlds: looked at without building a key), and otherwise
+    the reduced owners are computed once per pair (:func:`_canonical_owners`)."""
+    epoch = w.store.epoch
+    for owner in w.owners:
+        if owner.epoch < epoch and owner.phase == "drive" and owner.alive and not owner.section:
+            break
+    else:
+        return w
+    key = (w.owners, epoch)
     owners = _CANONICAL.get(key)
     if owners is None:
         if len(_CANONICAL) >= _CACHE_LIMIT:

@@ -13,7 +13,8 @@ gives what the direct computation gives.
   with facts; not the log's ghost data) and redone on each store by appending the same
   group (``_moves._commit_effect``; the core's ``_core_store.decision``); the user's moves
   are computed once per ``(store, inputs sent, duplicates left)`` (``_moves._user_moves``);
-  the reduction once per ``(owners, epoch)`` (``_moves.canonical``); the core's plan and
+  the reduction once per ``(owners, epoch)``, and not at all for a world without a
+  fenced writer still driving (``_moves.canonical``); the core's plan and
   recovery targets once per state object. Each key is shown to
   matter: with a key that leaves out one thing the moves read, the comparison of cached
   and direct moves fails.
