@@ -156,6 +156,11 @@ class _Db:
         except LogUnreadableError:
             raise
         except Exception as exc:
+            if self.pg and not _parses(target):  # libpq quotes the DSN, password and all
+                raise LogUnreadableError(
+                    f"cannot open {self.shown}: the DSN does not parse as a libpq "
+                    f"connection string or URI (its text is not shown: it may hold a "
+                    f"password)", target=self.shown, reason="open") from None
             raise LogUnreadableError(f"cannot open {self.shown}: {self._masked(exc)}",
                                      target=self.shown, reason="open") from exc
 
@@ -195,6 +200,17 @@ class _Db:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _parses(dsn: str) -> bool:
+    """True when libpq's parser accepts *dsn* (its errors quote the whole DSN)."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        conninfo_to_dict(dsn)
+    except Exception:
+        return False
+    return True
 
 
 def _password(dsn: str) -> str:

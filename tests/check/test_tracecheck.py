@@ -451,6 +451,19 @@ def test_a_dsn_password_is_never_printed(tmp_path: Path) -> None:
         assert "s3cret" not in info.value.message + str(info.value.attrs)
 
 
+@pytest.mark.parametrize("dsn", ["postgresql://user:hunter2@[::1",
+                                 "postgresql://user:hunter2%ZZ@host/db"])
+def test_a_dsn_that_does_not_parse_is_never_echoed(dsn: str) -> None:
+    """A fresh user's find: libpq's parse error quotes the whole DSN, password and all."""
+    runner = CliRunner()
+    text = runner.invoke(main, ["check", "--log", dsn])
+    as_json = runner.invoke(main, ["check", "--log", dsn, "--json"])
+    assert text.exit_code == as_json.exit_code == EX_NOINPUT, text.output
+    assert "hunter2" not in text.output + as_json.output
+    assert "does not parse" in text.output
+    assert json.loads(as_json.output)["reason"] == "open"
+
+
 def test_an_unknown_run_is_unreadable_and_run_counts_its_commits(clean_store: Path) -> None:
     """C7: --run of a Run the store does not have exits 66 like --scope does; with --run
     the commit count is that Run's."""
