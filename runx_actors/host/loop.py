@@ -154,6 +154,9 @@ class TurnSummary:
     payload: Any = None
 
     def to_json(self) -> dict[str, Any]:
+        """The summary as JSON-ready data (the ``--json`` shape of ``loop run``/``status``:
+        ``turn_index``, ``run_id``, ``state``, ``receipt_id``, ``disposition``,
+        ``reason_code``, ``payload``)."""
         return attrs.asdict(self)
 
 

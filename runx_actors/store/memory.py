@@ -89,6 +89,8 @@ class MemoryStore:
         return MemoryReader(self, scope)
 
     def live_projection(self, scope: Scope) -> Projection | None:
+        """The projection of *scope*'s current writer (None before its first open); tests
+        compare it with the folded log (RUN-CMT-2)."""
         return self._live.get(scope)
 
     def statistics(self) -> GroupStatistics:
@@ -151,15 +153,19 @@ class MemoryWriter(MemoryReader):
 
     @property
     def log(self) -> ScopeLog:
+        """The scope's log this writer appends to (shared with later writers)."""
         return self._store.scope_log(self.scope)
 
     def run_store(self) -> MemoryRunStore:
+        """The RunStore port bound to this writer (RUN-CMT-1)."""
         return self._run_store
 
     def projection(self) -> dict[RunID, Snapshot]:
+        """A copy of the active Runs' snapshots, by Run id (RUN-CMT-2)."""
         return dict(self._projection.active)
 
     def active_runs(self) -> tuple[RunID, ...]:
+        """The ids of the Runs still active in this writer's projection."""
         return tuple(self._projection.active)
 
     async def create_run(
@@ -184,6 +190,7 @@ class MemoryWriter(MemoryReader):
         return self.log.append_events(self.epoch, commit_id, events)
 
     async def commit(self, request: CommitRequest) -> CommitResult:
+        """``run_store().commit(request)`` (RUN-CMT-1)."""
         return await self._run_store.commit(request)
 
     async def commit_batch(self, requests: Sequence[CommitRequest]) -> BatchResult:
@@ -191,6 +198,7 @@ class MemoryWriter(MemoryReader):
         return await self._run_store.commit_batch(requests)
 
     async def aclose(self) -> None:
+        """Nothing to release (the log belongs to the store). Checkpoint."""
         await trio.lowlevel.checkpoint()
 
 
@@ -202,6 +210,7 @@ class MemoryRunStore:
 
     @property
     def scope(self) -> Scope:
+        """The writer's scope."""
         return self._writer.scope
 
     async def load(self, run_id: RunID) -> Snapshot:

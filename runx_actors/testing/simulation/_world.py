@@ -93,6 +93,7 @@ class Config:
     only: str = ""
 
     def allows(self, fault: str) -> bool:
+        """True when *fault* may be injected under ``only`` (all kinds when empty)."""
         return not self.only or fault in self.only.split("+")
 
 
@@ -111,6 +112,8 @@ class RunPlan:
 
 @attrs.frozen
 class Workload:
+    """The application's plan for one seed: one :class:`RunPlan` per Run."""
+
     runs: tuple[RunPlan, ...]
 
 
