@@ -60,8 +60,17 @@ import trio.testing
 from rich.console import Console
 from rich.table import Table
 
+from runx_actors.effect import (
+    AssignmentKey,
+    Attachment,
+    AttachmentState,
+    ExecutionRef,
+    ExecutionStatus,
+)
 from runx_actors.executors import open_local_executor, python_tool
+from runx_actors.executors._streams import SettlementLog, SettlementSubscription
 from runx_actors.protocol.canonical import canonical_json_text
+from runx_actors.protocol.errors import ExecutionNotFoundError, OutcomeNotReadyError
 from runx_actors.protocol.plan import Prompt
 from runx_actors.protocol.values import (
     ModelRequest,
@@ -514,7 +523,10 @@ async def resume_time(n: int, workdir: str, profile: str = "", rounds: int = 1,
             # stand for the executor service's process (see the docstring): frozen out
             # of the collector's passes, as they would not be in the restarted
             # process's heap; with freeze="alternate" the odd rounds leave them in
-            frozen = freeze == "on" or (freeze == "alternate" and round_ % 2 == 0)
+            # with process="both" the same-process rounds are the even ones: "alternate"
+            # alternates among them
+            same_round = round_ // 2 if process == "both" else round_
+            frozen = freeze == "on" or (freeze == "alternate" and same_round % 2 == 0)
             if frozen:
                 gc.freeze()
             profiler = None
@@ -570,8 +582,6 @@ class HandedOverExecutor:
     ``attach`` and per first read). Anything else a restart does not call raises."""
 
     def __init__(self, live: dict[Any, Any], epoch: str) -> None:
-        from runx_actors.executors._streams import SettlementLog
-
         self._live = live
         self._epoch = epoch
         self._log = SettlementLog(epoch, 4096)
@@ -580,8 +590,6 @@ class HandedOverExecutor:
         await trio.lowlevel.checkpoint()
 
     async def attach(self, a: Any) -> Any:
-        from runx_actors.effect import Attachment, AttachmentState
-
         await trio.lowlevel.checkpoint()
         execution = self._live.get(a.key)
         if execution is None:
@@ -590,17 +598,12 @@ class HandedOverExecutor:
                           owner=self._epoch, backend_attached=True)
 
     async def get_outcome(self, key: Any) -> Any:
-        from runx_actors.effect import ExecutionStatus
-        from runx_actors.protocol.errors import ExecutionNotFoundError, OutcomeNotReadyError
-
         await trio.lowlevel.checkpoint()
         if key not in self._live:
             raise ExecutionNotFoundError("no execution for this key", key=key)
         raise OutcomeNotReadyError("not settled yet", key=key, status=ExecutionStatus.RUNNING)
 
     def settlements(self, epoch: str, after: int) -> Any:
-        from runx_actors.executors._streams import SettlementSubscription
-
         return SettlementSubscription(self._log, epoch, after)
 
     async def _unused(self, *args: Any) -> Any:
@@ -621,7 +624,6 @@ async def fresh_restart(n: int, path: str, handover: str) -> dict[str, Any]:
     """The timed part of ``resume_time`` in this (fresh) process: open the store
     written by the parent's set-up and a runtime against a :class:`HandedOverExecutor`
     built from *handover* (untimed), until every one of *n* active Runs is resumed."""
-    from runx_actors.effect import AssignmentKey, ExecutionRef
     from runx_actors.store.sqlite import open_sqlite_store
 
     with open(handover) as f:

@@ -24,6 +24,7 @@ key tables below against ``attrs.fields``.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 from typing import Any, Final, TypeVar
 
@@ -220,7 +221,14 @@ def _usage(value: object) -> Usage:
     o = _object(value, _K_USAGE)
     if not o:
         return _DEFAULT_USAGE  # equal to the strict codec's Usage(); one object for all
-    return Usage(_int(o.get("inputTokens", 0)), _int(o.get("outputTokens", 0)))
+    return _usage_of(_int(o.get("inputTokens", 0)), _int(o.get("outputTokens", 0)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _usage_of(input_tokens: int, output_tokens: int) -> Usage:
+    """One (immutable) Usage per value: the Runs a restart decodes mostly share a few
+    (the bench's 10,000 Runs all hold ``Usage(1, 1)``); a bounded memo, ints only."""
+    return Usage(input_tokens, output_tokens)
 
 
 def _scheduling(value: object) -> ToolScheduling:
