@@ -25,7 +25,7 @@ Printed in one invocation, so the figures are comparable:
 
 Usage: ``python bench/agent_loop.py [--iterations N] [--runs N] [--idle N]
 [--idle-store sqlite|memory] [--resume N] [--resume-rounds K]
-[--resume-gc-freeze on|off|alternate] [--json]``.
+[--resume-gc-freeze on|off|alternate] [--resume-process same|fresh|both] [--json]``.
 The 100,000-Run idle figure: ``python bench/agent_loop.py --idle-only 100000 --idle-store
 sqlite [--objects]`` (set-up ~6 ms of CPU per Run: Runs are created 500 at a time, so
 their commits share transactions, and drives are started 250 at a time, polling only
@@ -60,8 +60,17 @@ import trio.testing
 from rich.console import Console
 from rich.table import Table
 
+from runx_actors.effect import (
+    AssignmentKey,
+    Attachment,
+    AttachmentState,
+    ExecutionRef,
+    ExecutionStatus,
+)
 from runx_actors.executors import open_local_executor, python_tool
+from runx_actors.executors._streams import SettlementLog, SettlementSubscription
 from runx_actors.protocol.canonical import canonical_json_text
+from runx_actors.protocol.errors import ExecutionNotFoundError, OutcomeNotReadyError
 from runx_actors.protocol.plan import Prompt
 from runx_actors.protocol.values import (
     ModelRequest,
@@ -442,7 +451,7 @@ class _GcTimer:
 
 
 async def resume_time(n: int, workdir: str, profile: str = "", rounds: int = 1,
-                      freeze: str = "on") -> dict[str, Any]:
+                      freeze: str = "on", process: str = "same") -> dict[str, Any]:
     """Seconds from opening the runtime until every one of *n* active Runs is resumed.
 
     Set-up (not timed): *n* Runs on a SQLite store, each parked on a started tool call
@@ -460,6 +469,14 @@ async def resume_time(n: int, workdir: str, profile: str = "", rounds: int = 1,
     of the runtime's process would not have them in its heap, but here one full
     collection during the resume walks all of them too (~1 s of CPU at 10,000 Runs).
     "alternate" measures frozen and unfrozen rounds in turn (A/B in one window).
+
+    *process* ("same", "fresh", "both"): where the timed restart runs. "same": in this
+    process, after the set-up (its executor's objects in the heap; *freeze* applies).
+    "fresh": in a new interpreter (``--resume-child``) whose heap holds only the imports,
+    the handed-over keys and what the open builds, as a restarted runtime's process
+    would; the executor stays here and is seen through :class:`HandedOverExecutor` (no
+    transport modelled); *freeze* does not apply (no gc.freeze() there). "both":
+    alternate same (with *freeze*) and fresh rounds.
     """
     from runx_actors.store.sqlite import open_sqlite_store
 
@@ -490,13 +507,26 @@ async def resume_time(n: int, workdir: str, profile: str = "", rounds: int = 1,
             while _parked(rt) < n:
                 await trio.sleep(0.005)
         results = []
+        handover = os.path.join(workdir, "handover.json")
+        with open(handover, "w") as f:
+            json.dump(_handover(ex), f)
         for round_ in range(rounds):
+            if process == "fresh" or (process == "both" and round_ % 2 == 1):
+                out = subprocess.run(
+                    [sys.executable, __file__, "--resume-child", path, "--resume-only",
+                     str(n), "--handover", handover],
+                    capture_output=True, text=True, check=True)
+                results.append(json.loads(out.stdout))
+                continue
             gc.collect()
             # the set-up's survivors — the executor, its records and the tools' tasks —
             # stand for the executor service's process (see the docstring): frozen out
             # of the collector's passes, as they would not be in the restarted
             # process's heap; with freeze="alternate" the odd rounds leave them in
-            frozen = freeze == "on" or (freeze == "alternate" and round_ % 2 == 0)
+            # with process="both" the same-process rounds are the even ones: "alternate"
+            # alternates among them
+            same_round = round_ // 2 if process == "both" else round_
+            frozen = freeze == "on" or (freeze == "alternate" and same_round % 2 == 0)
             if frozen:
                 gc.freeze()
             profiler = None
@@ -531,13 +561,101 @@ async def resume_time(n: int, workdir: str, profile: str = "", rounds: int = 1,
                     "open_cpu_seconds": cpu_opened - cpu_start,
                     "resume_cpu_seconds": cpu_resumed - cpu_start,
                     "gc_seconds": gc_time.seconds, "gc_collections": gc_time.collections,
-                    "gc_frozen": frozen})
+                    "gc_frozen": frozen, "process": "same"})
             gc.unfreeze()
         gate.set()
     # cpu: this process's CPU time (every thread, the SQLite writer included), which a
     # loaded machine moves far less than the wall clock; gc: time inside the cyclic
     # garbage collector during the timed part (collections by generation)
     return {"runs": n, **results[0], "rounds": results}
+
+
+class HandedOverExecutor:
+    """The executor as a restarted runtime's process sees it in ``--resume-process
+    fresh``: the set-up's LocalExecutor lives on in the bench's parent process (its tool
+    calls still blocked), and this object gives the child — the restarted runtime — the
+    answers that executor gives for the calls it still runs, from a list of their keys
+    handed over before the timed part. It does what ``LocalExecutor`` does per call on
+    the restart's path (a checkpoint, a lookup, the same ``Attachment``, the same
+    ``OutcomeNotReadyError``, a real settlement subscription over an empty log), with no
+    transport between the processes (a remote executor would add a round trip per
+    ``attach`` and per first read). Anything else a restart does not call raises."""
+
+    def __init__(self, live: dict[Any, Any], epoch: str) -> None:
+        self._live = live
+        self._epoch = epoch
+        self._log = SettlementLog(epoch, 4096)
+
+    async def validate(self, a: Any) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def attach(self, a: Any) -> Any:
+        await trio.lowlevel.checkpoint()
+        execution = self._live.get(a.key)
+        if execution is None:
+            return Attachment(state=AttachmentState.MISSING)
+        return Attachment(state=AttachmentState.ACTIVE, execution=execution,
+                          owner=self._epoch, backend_attached=True)
+
+    async def get_outcome(self, key: Any) -> Any:
+        await trio.lowlevel.checkpoint()
+        if key not in self._live:
+            raise ExecutionNotFoundError("no execution for this key", key=key)
+        raise OutcomeNotReadyError("not settled yet", key=key, status=ExecutionStatus.RUNNING)
+
+    def settlements(self, epoch: str, after: int) -> Any:
+        return SettlementSubscription(self._log, epoch, after)
+
+    async def _unused(self, *args: Any) -> Any:
+        raise NotImplementedError("not on a restart's path (the bench's stand-in)")
+
+    dispatch = abort = get_status = cancel = _unused
+
+
+def _handover(ex: Any) -> dict[str, Any]:
+    """What the parent hands the child: the executor's epoch and the live calls'
+    keys and execution refs (JSON)."""
+    live = [[r.key.session, r.key.run_id, r.key.effect, r.execution.provider, r.execution.ref]
+            for r in ex._records.values() if r.outcome is None]
+    return {"epoch": ex._epoch, "live": live}
+
+
+async def fresh_restart(n: int, path: str, handover: str) -> dict[str, Any]:
+    """The timed part of ``resume_time`` in this (fresh) process: open the store
+    written by the parent's set-up and a runtime against a :class:`HandedOverExecutor`
+    built from *handover* (untimed), until every one of *n* active Runs is resumed."""
+    from runx_actors.store.sqlite import open_sqlite_store
+
+    with open(handover) as f:
+        given = json.load(f)
+    live = {AssignmentKey(s, r, e): ExecutionRef(p, ref) for s, r, e, p, ref in given["live"]}
+    ex = HandedOverExecutor(live, given["epoch"])
+    tool = python_tool(_noop, ref="noop")
+    settings = Settings(settle_timeout=3600.0)
+    heap_before = len(gc.get_objects())
+    gc_time = _GcTimer()
+    start = time.perf_counter()
+    cpu_start = time.process_time()
+    async with open_sqlite_store(path) as store, \
+            open_runtime(store, ex, scope="resume", builder=BodyBuilder(tool),
+                         settings=settings) as rt:
+        opened = time.perf_counter()
+        cpu_opened = time.process_time()
+        watcher = rt.runtime.watcher
+        while watcher.statistics().keys < n:
+            await trio.sleep(0)
+        await trio.testing.wait_all_tasks_blocked()
+        resumed = time.perf_counter()
+        cpu_resumed = time.process_time()
+        gc_time.stop()
+        stats = watcher.statistics()
+        return {"active": len(rt.writer.projection()), "watched_keys": stats.keys,
+                "recovery_commits": rt.recovered, "open_seconds": opened - start,
+                "resume_seconds": resumed - start, "open_cpu_seconds": cpu_opened - cpu_start,
+                "resume_cpu_seconds": cpu_resumed - cpu_start,
+                "gc_seconds": gc_time.seconds, "gc_collections": gc_time.collections,
+                "gc_frozen": False, "process": "fresh",
+                "gc_tracked_before": heap_before, "gc_tracked_after": len(gc.get_objects())}
 
 
 def _parked(rt: Any) -> int:
@@ -577,7 +695,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     if args.resume:
         command = [sys.executable, __file__, "--resume-only", str(args.resume),
                    "--resume-rounds", str(args.resume_rounds),
-                   "--resume-gc-freeze", args.resume_gc_freeze]
+                   "--resume-gc-freeze", args.resume_gc_freeze,
+                   "--resume-process", args.resume_process]
         out = subprocess.run(command, capture_output=True, text=True, check=True)
         results["resume"] = json.loads(out.stdout)
     return results
@@ -656,15 +775,26 @@ if __name__ == "__main__":
                         default="on",
                         help="restart measurement: gc.freeze() the executor's objects "
                              "(another process's in the modelled deployment) first")
+    parser.add_argument("--resume-process", choices=("same", "fresh", "both"), default="same",
+                        help="restart measurement: time the restart in this process after "
+                             "the set-up (same), in a fresh interpreter (fresh; the executor "
+                             "stays in this one), or alternate them (both)")
+    parser.add_argument("--resume-child", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--handover", default="", help=argparse.SUPPRESS)
     parser.add_argument("--profile", default="",
                         help="restart measurement: dump a cProfile of the timed part here")
     parser.add_argument("--idle-only", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--resume-only", type=int, default=0, help=argparse.SUPPRESS)
     ns = parser.parse_args()
+    if ns.resume_child:
+        print(json.dumps(trio.run(fresh_restart, ns.resume_only, ns.resume_child,
+                                  ns.handover)))
+        sys.exit(0)
     if ns.resume_only:
         with tempfile.TemporaryDirectory() as resume_dir:
             print(json.dumps(trio.run(resume_time, ns.resume_only, resume_dir, ns.profile,
-                                      ns.resume_rounds, ns.resume_gc_freeze)))
+                                      ns.resume_rounds, ns.resume_gc_freeze,
+                                      ns.resume_process)))
         sys.exit(0)
     if ns.idle_only:
         with tempfile.TemporaryDirectory() as idle_dir:

@@ -393,14 +393,22 @@ class Reconciler:
         self._unwatched.clear()
         async with trio.open_nursery() as nursery:
             kept = _Kept(self, nursery, ports)
-            for key, decision in decisions:
-                if decision.retry:
-                    nursery.start_soon(self._follow, store, decision, ports,
-                                       name=f"runx-reconcile {decision.target.effect}")
-                else:  # a plain wait: a Watcher registration, no task until it ends
-                    kept.watch(key)
+            self._start_waits(decisions, kept, nursery, store, ports)
+            # a kept key waits as its registration alone: this frame lives as long as the
+            # wait and keeps no key's Decision (nor its target) with it
+            del decisions
             task_status.started()
             await kept.wait()
+
+    def _start_waits(self, decisions: tuple[tuple[Any, Decision], ...], kept: _Kept,
+                     nursery: trio.Nursery, store: Any, ports: _Ports) -> None:
+        """A Watcher registration per plain kept key, a ``_follow`` task per owed one."""
+        for key, decision in decisions:
+            if decision.retry:
+                nursery.start_soon(self._follow, store, decision, ports,
+                                   name=f"runx-reconcile {decision.target.effect}")
+            else:  # a plain wait: a Watcher registration, no task until it ends
+                kept.watch(key)
 
     async def _follow(self, store: Any, decision: Decision, ports: _Ports) -> None:
         """Re-plan *decision* while a redispatch is owed, then dispose of it or wait."""

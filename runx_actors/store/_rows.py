@@ -11,11 +11,10 @@ cache, replay a commit's facts and decode a stream. None opens or ends a transac
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from ..protocol._codec import decode_fact, decode_value, encode_value
+from ..protocol._codec import decode_fact
 from ..protocol._evolve import evolve
 from ..protocol.canonical import read_envelope
 from ..protocol.commit import Snapshot, fold_run
@@ -31,6 +30,7 @@ from ..protocol.errors import (
 from ..protocol.facts import EVENT_TYPE_PREFIX, Fact
 from ..protocol.state import MachineState
 from ..protocol.values import Digest, RunID, RunStatus, Scope
+from ._cache import decode_state, encode_state
 from ._chain import genesis, link
 from ._scope import integral_ints
 from .base import StreamRecord, run_stream, unstorable
@@ -328,29 +328,9 @@ def require_epoch(scope: Scope, epoch: int, current: int) -> None:
 
 
 # -- the projection cache --------------------------------------------------------------
-
-#: Prefix of a cache entry. The cache is not a protocol format: it is disposable, plain
-#: JSON of ``encode_value`` (fast; not canonical), and an entry this build cannot decode
-#: is ignored (the Run is folded from its stream instead).
-_CACHE_FORMAT = b"c1:"
-
-
-def encode_state(state: MachineState) -> bytes:
-    """The cache form of *state*."""
-    text = json.dumps(encode_value(state, MachineState), ensure_ascii=False,
-                      separators=(",", ":"))
-    return _CACHE_FORMAT + text.encode("utf-8")
-
-
-def decode_state(data: Any) -> MachineState | None:
-    """Decode a cache entry; None if it is not in a form this build reads."""
-    raw = bytes(data)
-    if not raw.startswith(_CACHE_FORMAT):
-        return None
-    try:
-        return decode_value(MachineState, json.loads(raw[len(_CACHE_FORMAT):]))
-    except Exception:
-        return None
+# The cache form and its decoder live in ``_cache`` (a fast decoder of the cache's shape,
+# the strict codec's answer in every case); ``encode_state``/``decode_state`` are
+# re-exported here for the backends.
 
 
 def cache_entries(rows: Iterable[tuple[RunID, int, Any]]) -> dict[RunID, Snapshot]:

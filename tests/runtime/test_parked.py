@@ -372,6 +372,32 @@ async def test_run_act_9_parked_run_memory_guard(store, autojump_clock) -> None:
         gate.set()
 
 
+async def test_reconcile_watch_keeps_no_decision_per_kept_key(store, autojump_clock) -> None:
+    """Issue 11 (restart): while the Reconciler waits for the keys takeover kept, it holds
+    no Decision (nor RecoveryTarget) per key — each key waits as its Watcher registration
+    alone (RUN-ACT-9); only the kept key itself stays (``Reconciler.kept``)."""
+    from runx_actors.runtime._reconcile import Decision, Reconciler
+
+    n = 3
+    probe = Probe(gate=trio.Event())
+    tools = [probe_tool("slow", probe)]
+    async with open_local_executor(tools=tools, models={MODEL: UseTool()}) as local:
+        async with open_runtime(store, local, scope=SCOPE, model=MODEL, tools=tools) as app:
+            for i in range(n):
+                await app.create_run(f"r{i}", ["use:slow"])
+                await app.start_drive(f"r{i}")
+            await _wait_parked(app, n)
+        rec = Reconciler(local)
+        async with open_runtime(store, local, scope=SCOPE, model=MODEL, tools=tools,
+                                reconciler=rec) as app:
+            await trio.testing.wait_all_tasks_blocked()
+            assert app.runtime.watcher.statistics().keys == n and len(rec.kept) == n
+            gc.collect()
+            decisions = [o for o in gc.get_objects() if type(o) is Decision]
+            assert decisions == [], f"{len(decisions)} Decisions still referenced"
+            probe.gate.set()
+
+
 async def test_reconcile_watch_holds_no_task_per_kept_key(store, autojump_clock) -> None:
     """RUN-ACT-9 after a restart: the keys takeover keeps (the executor still runs them)
     wait as Watcher registrations — no reconcile task per key — and each Outcome is

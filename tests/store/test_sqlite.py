@@ -11,7 +11,9 @@ import sys
 import textwrap
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -498,3 +500,83 @@ async def test_clean_close_caches_every_active_run_at_its_head(tmp_path: Path) -
         assert store.statistics().transactions == transactions
         await w3.aclose()
         assert store.statistics().transactions == transactions + 1
+
+
+# -- damaged and forged cache entries at open (RUN-CMT-2) ---------------------------------
+
+
+async def _cached_store(path: Path) -> dict[str, Any]:
+    """Three active Runs cached at their heads by a clean close; their projection."""
+    async with open_sqlite_store(path) as store:
+        w = await store.open(SCOPE)
+        for run_id in ("run-a", "run-b", "run-c"):
+            await _create(w, run_id, "in-1")
+            snap = await w.run_store().load(run_id)
+            await _commit(w, run_id, b.prepare(snap.state, snap.position))
+        expected = dict(w.projection())
+        await w.aclose()  # a clean close: every entry at its Run's head
+    assert {r: s.position for r, s in (await _cached(path)).items()} == {
+        r: s.position for r, s in expected.items()}
+    return expected
+
+
+async def _cached(path: Path) -> dict[str, Any]:
+    async with open_sqlite_store(path) as store:
+        return dict(await store.cached_projection(SCOPE))
+
+
+def _cache_rows(path: Path) -> dict[str, bytes]:
+    with _raw(path) as conn:
+        return {r: bytes(s) for r, s in conn.execute(
+            "SELECT run_id, state FROM projection_cache WHERE scope = ?", (SCOPE,))}
+
+
+def _put_cache(path: Path, run_id: str, state: bytes) -> None:
+    with _raw(path) as conn:
+        conn.execute("UPDATE projection_cache SET state = ? WHERE scope = ? AND run_id = ?",
+                     (state, SCOPE, run_id))
+
+
+_DAMAGES: dict[str, Callable[[bytes], bytes]] = {
+    "truncated": lambda raw: raw[:-7],
+    "a byte flipped inside the JSON": lambda raw: raw[:20] + bytes([raw[20] ^ 0x20]) + raw[21:],
+    "an unknown key": lambda raw: raw[:-1] + b',"extra":1}',
+    "an enum value edited": lambda raw: raw.replace(b'"active"', b'"actived"'),
+    "a lone surrogate": lambda raw: raw.replace(b'"run-', b'"\\ud800run-', 1),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_DAMAGES))
+async def test_damaged_cache_entry_is_refused_and_the_run_folded(
+        tmp_path: Path, damage: str) -> None:
+    """A cache entry that passes the ``c1:`` prefix but not the strict codec's rules is
+    refused; the Run is folded from its log, so the reopened projection is the log's."""
+    path = tmp_path / "s.sqlite3"
+    expected = await _cached_store(path)
+    raw = _cache_rows(path)["run-b"]
+    damaged = _DAMAGES[damage](raw)
+    assert damaged != raw and damaged.startswith(b"c1:")
+    _put_cache(path, "run-b", damaged)
+    async with open_sqlite_store(path) as store:
+        w = await store.open(SCOPE)
+        assert w.projection() == expected
+        assert (await w.record("run-b")).state == expected["run-b"].state
+
+
+async def test_forged_valid_cache_entry_is_caught_by_record(tmp_path: Path) -> None:
+    """A forged entry that the strict codec accepts is trusted by the open (the cache is
+    not checked against the log there), and ``record`` — the authority — refuses the
+    difference with ProjectionDivergenceError (RUN-CMT-2)."""
+    from runx_actors.store._cache import decode_state, encode_state
+
+    path = tmp_path / "s.sqlite3"
+    expected = await _cached_store(path)
+    state = decode_state(_cache_rows(path)["run-b"])
+    assert state is not None and state == expected["run-b"].state
+    _put_cache(path, "run-b", encode_state(attrs.evolve(state, model_steps=41)))
+    async with open_sqlite_store(path) as store:
+        w = await store.open(SCOPE)
+        assert w.projection()["run-b"].state.model_steps == 41
+        with pytest.raises(ProjectionDivergenceError):
+            await w.record("run-b")
+        assert (await w.record("run-a")).state == expected["run-a"].state
