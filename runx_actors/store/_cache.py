@@ -75,7 +75,10 @@ def decode_state(data: Any) -> MachineState | None:
     """Decode a cache entry (bytes-like); None if it is not in a form this build reads.
 
     Same answer as :func:`decode_state_strict` for every input (RUN-CMT-2); the fast
-    decoder of the cache's shape is tried first. Raises nothing."""
+    decoder of the cache's shape is tried first. A cell that is not bytes (a TEXT value
+    written into the BLOB column by hand) is not in that form. Raises nothing."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        return None
     raw = bytes(data)
     if not raw.startswith(CACHE_FORMAT):
         return None
@@ -88,6 +91,8 @@ def decode_state(data: Any) -> MachineState | None:
 def decode_state_strict(data: Any) -> MachineState | None:
     """The reference decode: ``json.loads`` and the strict protocol codec
     (``decode_value(MachineState, …)``); None on any failure. Raises nothing."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        return None
     raw = bytes(data)
     if not raw.startswith(CACHE_FORMAT):
         return None

@@ -563,6 +563,25 @@ async def test_damaged_cache_entry_is_refused_and_the_run_folded(
         assert (await w.record("run-b")).state == expected["run-b"].state
 
 
+@pytest.mark.parametrize("cell", ["text", "integer"])
+async def test_a_cache_cell_of_another_type_is_refused_and_the_run_folded(
+        tmp_path: Path, cell: str) -> None:
+    """The helper's find: a cache cell holding TEXT (the entry's own characters) or an
+    integer instead of a BLOB crashed the open with TypeError; it is now not a cache
+    entry, and the Run is folded from its log."""
+    path = tmp_path / "s.sqlite3"
+    expected = await _cached_store(path)
+    raw = _cache_rows(path)["run-b"]
+    value: object = raw.decode("utf-8") if cell == "text" else 7
+    with _raw(path) as conn:
+        conn.execute("UPDATE projection_cache SET state = ? WHERE scope = ? AND run_id = ?",
+                     (value, SCOPE, "run-b"))
+    async with open_sqlite_store(path) as store:
+        w = await store.open(SCOPE)
+        assert w.projection() == expected
+        assert (await w.record("run-b")).state == expected["run-b"].state
+
+
 async def test_forged_valid_cache_entry_is_caught_by_record(tmp_path: Path) -> None:
     """A forged entry that the strict codec accepts is trusted by the open (the cache is
     not checked against the log there), and ``record`` — the authority — refuses the
