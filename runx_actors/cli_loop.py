@@ -41,6 +41,12 @@ class LoopNotFoundError(RunxError):
     ``loop_id``, ``scope``."""
 
 
+def _scope_name(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    from .host._cli_support import name_option_callback
+
+    return name_option_callback("scope")(ctx, param, value)
+
+
 @click.group("loop")
 def loop() -> None:
     """Run a loop of governed turns, kill and resume it; show a loop's record."""
@@ -61,7 +67,8 @@ def loop() -> None:
               "<workspace>/.runx/receipts).")
 @click.option("--store", default=None, metavar="S",
               help="Run store: a directory or a SQLite file (else $RUNX_ACTORS_STORE).")
-@click.option("--scope", default="default", show_default=True, help="Scope of the loop.")
+@click.option("--scope", default="default", show_default=True, callback=_scope_name,
+              help="Scope of the loop.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def loop_run(package: str, loop_id: str, runner: str, max_turns: int,
              inputs: tuple[str, ...], json_inputs: tuple[str, ...], receipt_dir: str | None,
@@ -110,15 +117,17 @@ def loop_run(package: str, loop_id: str, runner: str, max_turns: int,
 @click.argument("loop_id")
 @click.option("--store", default=None, metavar="S",
               help="Run store: a directory or a SQLite file (else $RUNX_ACTORS_STORE).")
-@click.option("--scope", default="default", show_default=True, help="Scope of the loop.")
+@click.option("--scope", default="default", show_default=True, callback=_scope_name,
+              help="Scope of the loop.")
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 def loop_status(loop_id: str, store: str | None, scope: str, as_json: bool) -> None:
     """The loop record of LOOP_ID: configuration and turns (read-only)."""
-    from .cli_runs import _run, open_store_for
+    from .cli_runs import _run, open_store_for, require_scope
     from .host._records import fold_loop, loop_stream
 
     async def main() -> Any:
         async with open_store_for(store) as opened:
+            await require_scope(opened, scope)
             reader = await opened.reader(scope)
             record = fold_loop(loop_id, await reader.read_stream(loop_stream(loop_id)))
             if record is None:

@@ -46,6 +46,10 @@ __all__ = [
     "hint_for",
     "exit_code_for",
     "fail",
+    "error_document",
+    "echo_error_json",
+    "wants_json",
+    "name_option_callback",
 ]
 
 #: The run-store override **[ours]** (§9.1, §9.4).
@@ -94,6 +98,27 @@ _HINTS: tuple[tuple[type[BaseException], str], ...] = (
 #: A loop's record differs from the spec (a governed run's mismatch keeps the run-id hint).
 _LOOP_MISMATCH_HINT = ("use a new --loop-id, or the loop's original package, runner, "
                        "inputs and --max-turns")
+
+
+def name_option_callback(what: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback refusing (usage error, exit 64) a ``--scope`` / Run id that is
+    not a valid name (RUN-WIR-1, ``protocol.commit.validate_name``: a control character,
+    over 256 UTF-8 bytes …) before any store is opened; the value is shown with
+    ``repr``."""
+    from ..protocol.commit import validate_name
+
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return value
+        try:
+            validate_name(value, what)
+        except ValidationError as exc:
+            shown = value if len(value) <= 64 else value[:64] + "..."
+            raise click.BadParameter(f"{shown!r} is not a valid {what}: {exc.message} "
+                                     "(RUN-WIR-1)", ctx=ctx, param=param) from None
+        return value
+
+    return check
 
 
 def environment() -> dict[str, str]:
@@ -158,12 +183,27 @@ _PACKAGE_HINTS = {
 }
 
 
+#: StoreUnreachableError hints by ``reason``.
+_REACH_HINTS = {
+    "unreachable": "check the DSN: its host and port must reach a running PostgreSQL "
+                   "server, and its dbname and user must exist there and be accepted",
+    "bad_dsn": "give a libpq key=value string (host=… dbname=…) or a postgresql:// URL",
+    "no_driver": "pip install 'runx-actors[postgres]'",
+}
+
+
 def hint_for(exc: BaseException) -> str:
-    """A line saying what to do about *exc*, or ``""``."""
+    """A line saying what to do about *exc*, or ``""``: its class's own ``hint`` (a
+    string class attribute) when it has one, else by type."""
     if isinstance(exc, ReceiptIndexStaleError):
         return str(getattr(exc, "hint", ""))
     if isinstance(exc, LoopConfigMismatch) and getattr(exc, "loop_id", None):
         return _LOOP_MISMATCH_HINT
+    own = getattr(type(exc), "hint", None)
+    if isinstance(own, str) and own:
+        return own
+    if type(exc).__name__ == "StoreUnreachableError":
+        return _REACH_HINTS.get(str(getattr(exc, "reason", "")), _REACH_HINTS["unreachable"])
     if isinstance(exc, PackageError) and getattr(exc, "reason", "") in _PACKAGE_HINTS:
         return _PACKAGE_HINTS[str(getattr(exc, "reason", ""))]
     for kind, hint in _HINTS:
@@ -176,6 +216,8 @@ def exit_code_for(exc: BaseException) -> int:
     """§9.1: a host error carries its code (3 for ``LoopIntegrityError``); a damaged store
     (``CorruptStoreError``, ``CorruptRecordError``: verification of the store failed, RUN-STO)
     is 3, like ``store check``; anything else is 1."""
+    if isinstance(exc, click.UsageError):
+        return 64
     if isinstance(exc, HostError):
         return int(type(exc).exit_code)
     if isinstance(exc, CorruptStoreError):
@@ -183,12 +225,45 @@ def exit_code_for(exc: BaseException) -> int:
     return 1
 
 
-def fail(command: str, exc: BaseException) -> int:
+def error_document(command: str, exc: BaseException, code: int) -> dict[str, Any]:
+    """The JSON object a ``--json`` command prints on stdout for an error (RUN-CLI-2):
+    ``{"ok": false, "command", "error" (the exception's type name), "message" (one
+    line), "hint", "exit_code"}``, plus ``target`` / ``reason`` when *exc* carries them
+    (a store's ``target`` is already masked)."""
+    doc: dict[str, Any] = {"ok": False, "command": command, "error": type(exc).__name__,
+                           "message": " ".join(str(exc).split()), "hint": hint_for(exc),
+                           "exit_code": code}
+    for key in ("target", "reason"):
+        value = getattr(exc, key, None)
+        if isinstance(value, str):
+            doc[key] = value
+    return doc
+
+
+def wants_json() -> bool:
+    """Whether the running click command was given ``--json`` (its ``as_json``)."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.params.get("as_json"))
+
+
+def echo_error_json(command: str, exc: BaseException, code: int) -> None:
+    """Print :func:`error_document` as one line on stdout."""
+    import json
+
+    click.echo(json.dumps(error_document(command, exc, code), ensure_ascii=False))
+
+
+def fail(command: str, exc: BaseException, *, as_json: bool | None = None) -> int:
     """Print *exc* as ``runx-actors: <command>: <message>`` (one line) plus a ``hint:``
-    line, and return its exit code."""
+    line on stderr, and return its exit code. With ``--json`` (*as_json*, default: the
+    running command's ``--json``) the error is also one JSON object on stdout
+    (:func:`error_document`, RUN-CLI-2)."""
     exc = unwrap(exc)
+    code = exit_code_for(exc)
     click.echo(f"runx-actors: {command}: {' '.join(str(exc).split())}", err=True)
     hint = hint_for(exc)
     if hint:
         click.echo(f"hint: {hint}", err=True)
-    return exit_code_for(exc)
+    if wants_json() if as_json is None else as_json:
+        echo_error_json(command, exc, code)
+    return code
