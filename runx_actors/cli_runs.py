@@ -14,9 +14,13 @@ PostgreSQL DSN: ``postgresql://…`` or ``host=… dbname=…``), else ``$RUNX_A
 else ``<workspace>/.runx/store``.
 Every command prints a rich table on a terminal, or one JSON document with ``--json``.
 
-Exit codes: 0 done; 1 the store refused or has no such Run (message and hint on stderr); 3
-the store is damaged (``CorruptStoreError`` / ``CorruptRecordError``, as for ``store check``);
-64 usage error (bad option, a Run id found in several scopes without ``--scope``).
+Exit codes: 0 done; 1 the store refused, is missing (``StoreMissingError``), cannot be
+reached (``StoreUnreachableError``, within libpq's ``connect_timeout``, the DSN's password
+shown as ``***``) or has no such Run or scope (``ScopeNotFoundError``) — message and hint
+on stderr, and with ``--json`` one JSON error object on stdout (RUN-CLI-2); 3 the store is
+damaged (``CorruptStoreError`` / ``CorruptRecordError``, as for ``store check``); 64 usage
+error (bad option, a ``--scope`` or RUN_ID that is not a valid name (RUN-WIR-1), a Run id
+found in several scopes without ``--scope``).
 """
 
 from __future__ import annotations
