@@ -41,6 +41,15 @@ class LoopNotFoundError(RunxError):
     ``loop_id``, ``scope``."""
 
 
+def _loop_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A loop id is a name inside its stream's ``loop/<id>`` (RUN-WIR-1: at most
+    ``MAX_ID_BYTES`` for the whole stream name): refused as a usage error (64)."""
+    from .host._cli_support import name_option_callback
+    from .protocol.commit import MAX_ID_BYTES
+
+    return name_option_callback("loop id", MAX_ID_BYTES - len("loop/"))(ctx, param, value)
+
+
 def _scope_name(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     from .host._cli_support import name_option_callback
 
@@ -54,7 +63,8 @@ def loop() -> None:
 
 @loop.command("run")
 @click.argument("package", type=click.Path())
-@click.option("--loop-id", required=True, help="The loop's id (the same id continues it).")
+@click.option("--loop-id", required=True, callback=_loop_id,
+              help="The loop's id (the same id continues it).")
 @click.option("--runner", default="turn", show_default=True, help="The turn runner.")
 @click.option("--max-turns", type=click.IntRange(min=1, max=MAX_SAFE_INTEGER), default=3,
               show_default=True)
@@ -114,7 +124,7 @@ def loop_run(package: str, loop_id: str, runner: str, max_turns: int,
 
 
 @loop.command("status")
-@click.argument("loop_id")
+@click.argument("loop_id", callback=_loop_id)
 @click.option("--store", default=None, metavar="S",
               help="Run store: a directory or a SQLite file (else $RUNX_ACTORS_STORE).")
 @click.option("--scope", default="default", show_default=True, callback=_scope_name,

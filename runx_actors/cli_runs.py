@@ -367,7 +367,13 @@ def runs_timeline(run_id: str, store: str | None, scope: str | None, fmt: str,
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:  # a missing directory, no permission, a full disk …
+            click.echo(f"runx-actors: runs timeline: cannot write {str(output)!r}: "
+                       f"{exc.strerror}", err=True)
+            click.echo("hint: -o names a file in an existing, writable directory", err=True)
+            sys.exit(1)
         click.echo(f"wrote {output}", err=True)
 
 

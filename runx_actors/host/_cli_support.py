@@ -100,18 +100,22 @@ _LOOP_MISMATCH_HINT = ("use a new --loop-id, or the loop's original package, run
                        "inputs and --max-turns")
 
 
-def name_option_callback(what: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+def name_option_callback(what: str, limit: int | None = None
+                         ) -> Callable[[click.Context, click.Parameter, Any], Any]:
     """A click callback refusing (usage error, exit 64) a ``--scope`` / Run id that is
     not a valid name (RUN-WIR-1, ``protocol.commit.validate_name``: a control character,
-    over 256 UTF-8 bytes …) before any store is opened; the value is shown with
-    ``repr``."""
+    over 512 UTF-8 bytes, or over *limit* …) before any store is opened; the value is
+    shown with ``repr``."""
     from ..protocol.commit import validate_name
 
     def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if value is None:
             return value
         try:
-            validate_name(value, what)
+            if limit is None:
+                validate_name(value, what)
+            else:
+                validate_name(value, what, limit)
         except ValidationError as exc:
             shown = value if len(value) <= 64 else value[:64] + "..."
             raise click.BadParameter(f"{shown!r} is not a valid {what}: {exc.message} "
@@ -204,6 +208,9 @@ def hint_for(exc: BaseException) -> str:
         return own
     if type(exc).__name__ == "StoreUnreachableError":
         return _REACH_HINTS.get(str(getattr(exc, "reason", "")), _REACH_HINTS["unreachable"])
+    if getattr(exc, "reason", "") == "bad_limit":  # an environment override, not a file
+        return ("set the RUNX_ACTORS_MAX_<KIND>_BYTES variable named above to a positive "
+                "number of bytes, or unset it (README: Hostile input)")
     if isinstance(exc, PackageError) and getattr(exc, "reason", "") in _PACKAGE_HINTS:
         return _PACKAGE_HINTS[str(getattr(exc, "reason", ""))]
     for kind, hint in _HINTS:

@@ -181,3 +181,87 @@ def test_a_dsn_that_does_not_parse_is_not_echoed() -> None:
     assert "s3cret" not in result.output
     doc = json_error(result)
     assert doc["error"] == "StoreUnreachableError" and doc["reason"] == "bad_dsn"
+
+
+# -- found by probing every command and option (RUN-CLI-2) -------------------------------
+
+
+@pytest.mark.parametrize("args", [
+    ["check", "--time-limit", "nan"],  # FloatRange lets NaN through: it was exit 70
+    ["check", "--runs", "99999999999999999999"],  # an OverflowError in the model: exit 70
+    ["check", "--calls", "1001"],
+])
+def test_out_of_range_check_options_are_usage_errors(args: list[str]) -> None:
+    result = cli(*args, "--json")
+    assert result.exit_code == 64, result.output
+    assert "Invalid value for" in result.stderr
+    assert json_error(result)["exit_code"] == 64
+
+
+def test_check_workers_are_capped() -> None:
+    """``--workers 100000`` forked that many processes. The declared range is asserted
+    first, so that a regression fails here instead of forking."""
+    import click
+
+    from runx_actors.cli import MAX_WORKERS, check
+
+    (option,) = [p for p in check.params if p.name == "workers"]
+    assert isinstance(option.type, click.IntRange) and option.type.max == MAX_WORKERS
+    result = cli("check", "--workers", str(MAX_WORKERS + 1), "--max-states", "1")
+    assert result.exit_code == 64 and "Invalid value for '--workers'" in result.stderr
+
+
+def test_a_huge_count_in_a_check_config_file_is_a_usage_error(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("runs = 100000000000000000000\n")
+    result = cli("check", "--config", str(config))
+    assert result.exit_code == 64, result.output
+    assert "runs must be an integer from 1 to 1000" in result.stderr
+
+
+def test_a_timeline_into_a_missing_directory_names_the_file(store: Path,
+                                                           tmp_path: Path) -> None:
+    target = tmp_path / "no" / "such" / "t.html"
+    result = cli("runs", "timeline", "busy", "--store", str(store), "-o", str(target))
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[0] == (
+        f"runx-actors: runs timeline: cannot write {str(target)!r}: No such file or "
+        "directory")
+    assert result.stderr.splitlines()[1].startswith("hint: ")
+
+
+def test_an_unknown_receipt_id_is_shown_with_repr(tmp_path: Path) -> None:
+    (tmp_path / "r").mkdir()
+    result = cli("verify", "a\x01b", "-R", str(tmp_path / "r"))
+    assert result.exit_code == 1, result.output
+    assert "receipt 'a\\x01b' is not in" in result.stderr and "\x01" not in result.output
+
+
+@pytest.mark.parametrize(("args", "what"), [
+    (["loop", "run", str(EXAMPLE), "--loop-id", "L\x01", "-i", "objective=x"],
+     "Invalid value for '--loop-id': 'L\\x01'"),
+    (["loop", "status", "L" * 1020], "loop id is 1020 UTF-8 bytes, more than 1019"),
+])
+def test_an_invalid_loop_id_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             args: list[str], what: str) -> None:
+    """A loop id lives in its stream's name (``loop/<id>``): it was refused deep inside
+    as a 'foreign stream' (exit 1), after the receipt directory and store were made."""
+    monkeypatch.chdir(tmp_path)
+    result = cli(*args, "--store", "s.sqlite3", "-R", "r", **SIGNING_ENV) if args[1] == \
+        "run" else cli(*args, "--store", "s.sqlite3")
+    assert result.exit_code == 64, result.output
+    assert what in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_size_override_gets_its_own_hint(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ws").mkdir()
+    result = cli("skill", str(EXAMPLE), "-i", "objective=x", "--store", "s.sqlite3", "-R",
+                 "r", **SIGNING_ENV, RUNX_CWD=str(tmp_path / "ws"),
+                 RUNX_ACTORS_MAX_PACKAGE_MANIFEST_BYTES="lots")
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.splitlines()
+    assert "RUNX_ACTORS_MAX_PACKAGE_MANIFEST_BYTES" in lines[0] and "'lots'" in lines[0]
+    assert lines[1].startswith("hint: set the RUNX_ACTORS_MAX_<KIND>_BYTES variable")
