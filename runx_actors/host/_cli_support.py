@@ -12,6 +12,7 @@ from typing import Any
 import click
 import trio
 
+from .._clierror import name_option_callback
 from .._strictread import MalformedInputError
 from ..protocol.errors import (
     CorruptStoreError,
@@ -100,31 +101,6 @@ _LOOP_MISMATCH_HINT = ("use a new --loop-id, or the loop's original package, run
                        "inputs and --max-turns")
 
 
-def name_option_callback(what: str, limit: int | None = None
-                         ) -> Callable[[click.Context, click.Parameter, Any], Any]:
-    """A click callback refusing (usage error, exit 64) a ``--scope`` / Run id that is
-    not a valid name (RUN-WIR-1, ``protocol.commit.validate_name``: a control character,
-    over 512 UTF-8 bytes, or over *limit* …) before any store is opened; the value is
-    shown with ``repr``."""
-    from ..protocol.commit import validate_name
-
-    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        if value is None:
-            return value
-        try:
-            if limit is None:
-                validate_name(value, what)
-            else:
-                validate_name(value, what, limit)
-        except ValidationError as exc:
-            shown = value if len(value) <= 64 else value[:64] + "..."
-            raise click.BadParameter(f"{shown!r} is not a valid {what}: {exc.message} "
-                                     "(RUN-WIR-1)", ctx=ctx, param=param) from None
-        return value
-
-    return check
-
-
 def environment() -> dict[str, str]:
     """A copy of the process environment."""
     return dict(os.environ)
@@ -187,27 +163,16 @@ _PACKAGE_HINTS = {
 }
 
 
-#: StoreUnreachableError hints by ``reason``.
-_REACH_HINTS = {
-    "unreachable": "check the DSN: its host and port must reach a running PostgreSQL "
-                   "server, and its dbname and user must exist there and be accepted",
-    "bad_dsn": "give a libpq key=value string (host=… dbname=…) or a postgresql:// URL",
-    "no_driver": "pip install 'runx-actors[postgres]'",
-}
-
-
 def hint_for(exc: BaseException) -> str:
-    """A line saying what to do about *exc*, or ``""``: its class's own ``hint`` (a
-    string class attribute) when it has one, else by type."""
+    """A line saying what to do about *exc*, or ``""``: its own ``hint`` (a string
+    attribute) when it has one, else by type."""
     if isinstance(exc, ReceiptIndexStaleError):
         return str(getattr(exc, "hint", ""))
     if isinstance(exc, LoopConfigMismatch) and getattr(exc, "loop_id", None):
         return _LOOP_MISMATCH_HINT
-    own = getattr(type(exc), "hint", None)
+    own = getattr(exc, "hint", None)  # the error's own (StoreMissingError, …)
     if isinstance(own, str) and own:
         return own
-    if type(exc).__name__ == "StoreUnreachableError":
-        return _REACH_HINTS.get(str(getattr(exc, "reason", "")), _REACH_HINTS["unreachable"])
     if getattr(exc, "reason", "") == "bad_limit":  # an environment override, not a file
         return ("set the RUNX_ACTORS_MAX_<KIND>_BYTES variable named above to a positive "
                 "number of bytes, or unset it (README: Hostile input)")
@@ -233,18 +198,11 @@ def exit_code_for(exc: BaseException) -> int:
 
 
 def error_document(command: str, exc: BaseException, code: int) -> dict[str, Any]:
-    """The JSON object a ``--json`` command prints on stdout for an error (RUN-CLI-2):
-    ``{"ok": false, "command", "error" (the exception's type name), "message" (one
-    line), "hint", "exit_code"}``, plus ``target`` / ``reason`` when *exc* carries them
-    (a store's ``target`` is already masked)."""
-    doc: dict[str, Any] = {"ok": False, "command": command, "error": type(exc).__name__,
-                           "message": " ".join(str(exc).split()), "hint": hint_for(exc),
-                           "exit_code": code}
-    for key in ("target", "reason"):
-        value = getattr(exc, key, None)
-        if isinstance(value, str):
-            doc[key] = value
-    return doc
+    """The JSON object a ``--json`` command prints on stdout for an error (RUN-CLI-2;
+    ``runx_actors._clierror.error_document`` with :func:`hint_for`'s hint)."""
+    from .._clierror import error_document as document
+
+    return document(command, exc, code, hint_for(exc))
 
 
 def wants_json() -> bool:
@@ -265,12 +223,8 @@ def fail(command: str, exc: BaseException, *, as_json: bool | None = None) -> in
     line on stderr, and return its exit code. With ``--json`` (*as_json*, default: the
     running command's ``--json``) the error is also one JSON object on stdout
     (:func:`error_document`, RUN-CLI-2)."""
+    from .._clierror import report
+
     exc = unwrap(exc)
-    code = exit_code_for(exc)
-    click.echo(f"runx-actors: {command}: {' '.join(str(exc).split())}", err=True)
-    hint = hint_for(exc)
-    if hint:
-        click.echo(f"hint: {hint}", err=True)
-    if wants_json() if as_json is None else as_json:
-        echo_error_json(command, exc, code)
-    return code
+    return report(command, exc, exit_code_for(exc), hint=hint_for(exc),
+                  as_json=wants_json() if as_json is None else as_json)

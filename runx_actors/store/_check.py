@@ -58,8 +58,8 @@ class StoreUnreachableError(RunxError):
     the PostgreSQL extra is not installed (RUN-CLI-2). The message names the DSN with its
     password masked (:func:`redact_dsn`); the server's own message is kept, a DSN parse
     error's is not (it may quote the password). Attributes: ``target`` (masked),
-    ``reason`` (``unreachable``, ``bad_dsn``, ``no_driver``). Exit code 1 from the CLI
-    (``check --log``: 66)."""
+    ``reason`` (``unreachable``, ``bad_dsn``, ``no_driver``), ``hint`` (what to do).
+    Exit code 1 from the CLI (``check --log``: 66)."""
 
 
 class ScopeNotFoundError(RunxError):
@@ -69,6 +69,15 @@ class ScopeNotFoundError(RunxError):
 
     #: the ``hint:`` line (``host._cli_support.hint_for``)
     hint = "check the scope's name (`runx-actors runs list` lists the store's Runs by scope)"
+
+
+#: StoreUnreachableError's ``hint`` by ``reason`` (the CLI's ``hint:`` line).
+_REACH_HINTS = {
+    "unreachable": "check the DSN: its host and port must reach a running PostgreSQL "
+                   "server, and its dbname and user must exist there and be accepted",
+    "bad_dsn": "give a libpq key=value string (host=… dbname=…) or a postgresql:// URL",
+    "no_driver": "pip install 'runx-actors[postgres]'",
+}
 
 
 #: Seconds a command waits for a PostgreSQL server to accept a connection (libpq's
@@ -475,7 +484,8 @@ def connect_postgres(dsn: str, **kwargs: Any) -> Any:
         raise StoreUnreachableError(
             f"{target} is a PostgreSQL DSN, but {exc.name} is not installed "
             "(pip install 'runx-actors[postgres]')", target=target,
-            reason="no_driver") from None
+            reason="no_driver",
+            hint=_REACH_HINTS["no_driver"]) from None
     try:
         params = conninfo_to_dict(dsn)
     except psycopg.Error:
@@ -483,7 +493,8 @@ def connect_postgres(dsn: str, **kwargs: Any) -> Any:
     if params is None:
         raise StoreUnreachableError(  # libpq's message may quote a piece of the password
             "the PostgreSQL DSN does not parse (a libpq key=value string or a "
-            "postgresql:// URL)", target=target, reason="bad_dsn") from None
+            "postgresql:// URL)", target=target, reason="bad_dsn",
+            hint=_REACH_HINTS["bad_dsn"]) from None
     if "connect_timeout" not in params:
         kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT)
     try:
@@ -491,7 +502,8 @@ def connect_postgres(dsn: str, **kwargs: Any) -> Any:
     except psycopg.Error as exc:
         detail = " ".join(str(exc).split())
         raise StoreUnreachableError(f"cannot reach the PostgreSQL store {target}: {detail}",
-                                    target=target, reason="unreachable") from exc
+                                    target=target, reason="unreachable",
+            hint=_REACH_HINTS["unreachable"]) from exc
 
 
 def check_store(target: str, *, scope: str | None = None) -> CheckReport:

@@ -9,7 +9,7 @@ error (bad option, no file at PATH: nothing is created); 1 the store could not b
 (``StoreUnreachableError``: the PostgreSQL server refused the connection, the database
 does not exist, the DSN does not parse; its password is shown as ``***``). With
 ``--json`` every outcome is one JSON object on stdout: the report, or an error object
-(``host._cli_support.error_document``; RUN-CLI-2).
+(``runx_actors._clierror.error_document``; RUN-CLI-2).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _text(report: CheckReport) -> str:
 
 
 def _scope_name(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    from ..host._cli_support import name_option_callback
+    from .._clierror import name_option_callback
 
     return name_option_callback("scope")(ctx, param, value)
 
@@ -75,22 +75,22 @@ def check(*, target: str, scope: str | None, as_json: bool) -> int:
     index against the facts, and every frozen body. Exits 0 clean, 3 damaged, 64 usage
     error, 1 the store could not be reached.
     """
-    from ..host._cli_support import fail
+    from .._clierror import report as fail
 
     try:
         report = check_store(target, scope=scope)
     except StoreMissingError as exc:
         if as_json:  # a usage error (64), as one JSON object on stdout too (RUN-CLI-2)
-            fail("store check", click.UsageError(str(exc)), as_json=True)
-            return EX_USAGE
+            return fail("store check", click.UsageError(str(exc)), EX_USAGE, hint="",
+                        as_json=True)
         raise click.UsageError(str(exc)) from None
     except StoreUnreachableError as exc:  # fast, typed, the password masked (RUN-CLI-2)
-        fail("store check", exc, as_json=as_json)
-        return EX_UNREACHABLE
+        return fail("store check", exc, EX_UNREACHABLE, hint=str(getattr(exc, "hint", "")),
+                    as_json=as_json)
     if scope is not None and not report.scopes and report.ok:
-        fail("store check", ScopeNotFoundError(f"the store has no scope {scope!r}",
-                                               scope=scope), as_json=as_json)
-        return EX_UNREACHABLE
+        missing = ScopeNotFoundError(f"the store has no scope {scope!r}", scope=scope)
+        return fail("store check", missing, EX_UNREACHABLE, hint=ScopeNotFoundError.hint,
+                    as_json=as_json)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
