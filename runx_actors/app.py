@@ -19,6 +19,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 
+from ._scoped import body_errors_unwrapped
 from .executors import Model, Tool, call_tools, open_local_executor, python_tool, reply, tool_call
 from .protocol.commit import CommitStatus
 from .protocol.errors import OwnershipLostError, RunConflictError, RunExistsError, RunxError
@@ -47,6 +48,7 @@ __all__ = [
 ]
 
 
+@body_errors_unwrapped
 @contextlib.asynccontextmanager
 async def open_sqlite_runtime(path: str | Path, *, model: ModelRef,
                               models: Mapping[ModelRef, Model],
@@ -67,6 +69,9 @@ async def open_sqlite_runtime(path: str | Path, *, model: ModelRef,
     Raises: ValueError (duplicate tool refs; before anything opens), the store's open
     errors (SchemaVersionError, CorruptRecordError), OwnershipLostError (another process
     opened the scope meanwhile).
+
+    An exception raised in the block comes out as itself, not in an ExceptionGroup; an error
+    of a background task comes out in an ExceptionGroup (RUN-ACT-10).
     """
     tools = tuple(tools)
     async with open_sqlite_store(path) as store, \

@@ -117,14 +117,20 @@ class _Main(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         self.debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+        argv = sys.argv[1:] if args is None else list(args)
+        as_json = _json_requested(argv)
         try:
-            _check_utf8(sys.argv[1:] if args is None else list(args))
+            _check_utf8(argv)
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.UsageError as exc:
             exc.show()
+            if as_json:
+                _echo_json_error(exc, EX_USAGE, exc.ctx)
             sys.exit(EX_USAGE)
         except click.ClickException as exc:
             exc.show()
+            if as_json:
+                _echo_json_error(exc, exc.exit_code, None)
             sys.exit(exc.exit_code)
         except click.Abort as exc:
             if isinstance(exc.__cause__, KeyboardInterrupt):  # click's wrap of Ctrl-C
@@ -138,9 +144,15 @@ class _Main(click.Group):
                 _interrupted()
             if not isinstance(group, Exception):
                 raise
-            sys.exit(_report_error(group, debug=self.debug))
+            code = _report_error(group, debug=self.debug)
+            if as_json:
+                _echo_json_error(group, code, None)
+            sys.exit(code)
         except Exception as exc:  # the one top-level handler: no raw traceback (RUN-CLI-1)
-            sys.exit(_report_error(exc, debug=self.debug))
+            code = _report_error(exc, debug=self.debug)
+            if as_json:
+                _echo_json_error(exc, code, None)
+            sys.exit(code)
         sys.exit(code if isinstance(code, int) else EX_OK)
 
     #: Set by ``--debug`` or ``RUNX_ACTORS_DEBUG``: print tracebacks of errors.
@@ -158,6 +170,24 @@ def _interrupted() -> NoReturn:
     click.echo("hint: the command stopped before it finished and reported nothing; what "
                "it had committed is durable, and running it again continues", err=True)
     sys.exit(EX_INTERRUPTED)
+
+
+def _json_requested(args: Sequence[str]) -> bool:
+    """Whether ``--json`` is among *args* (before a ``--``): then an error that reaches
+    the top-level handler is also one JSON object on stdout (RUN-CLI-2)."""
+    for arg in args:
+        if arg == "--":
+            return False
+        if arg == "--json":
+            return True
+    return False
+
+
+def _echo_json_error(exc: BaseException, code: int, ctx: click.Context | None) -> None:
+    from .host._cli_support import echo_error_json, unwrap
+
+    command = ctx.command_path.removeprefix("runx-actors").strip() if ctx else ""
+    echo_error_json(command, unwrap(exc), code)
 
 
 def _check_utf8(args: Sequence[str]) -> None:
@@ -213,6 +243,15 @@ def _set_debug(ctx: click.Context, _: click.Parameter, value: bool) -> None:
         ctx.command.debug = True
 
 
+def _name_of(what: str) -> Any:
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        from .host._cli_support import name_option_callback
+
+        return name_option_callback(what)(ctx, param, value)
+
+    return check
+
+
 @click.group(cls=_Main)
 @click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
               help=f"Print the traceback of an error (also {DEBUG_ENV}=1).")
@@ -256,8 +295,10 @@ def main() -> None:
 @click.option("--log", "log_target", default=None, metavar="PATH_OR_DSN",
               help="Instead of a model: replay a SQLite or PostgreSQL store's log through the "
                    "reference machine (exit 0 clean, 1 violation, 66 unreadable store).")
-@click.option("--scope", "log_scope", default=None, help="With --log: only this scope.")
-@click.option("--run", "log_run", default=None, help="With --log: only this Run.")
+@click.option("--scope", "log_scope", default=None, callback=_name_of("scope"),
+              help="With --log: only this scope.")
+@click.option("--run", "log_run", default=None, callback=_name_of("run id"),
+              help="With --log: only this Run.")
 @click.option("--workers", type=click.IntRange(min=1, max=MAX_WORKERS), default=1,
               show_default=True,
               help="Explore with N worker processes (bfs); the same result as 1.")

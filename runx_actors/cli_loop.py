@@ -41,6 +41,21 @@ class LoopNotFoundError(RunxError):
     ``loop_id``, ``scope``."""
 
 
+def _loop_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A loop id is a name inside its stream's ``loop/<id>`` (RUN-WIR-1: at most
+    ``MAX_ID_BYTES`` for the whole stream name): refused as a usage error (64)."""
+    from .host._cli_support import name_option_callback
+    from .protocol.commit import MAX_ID_BYTES
+
+    return name_option_callback("loop id", MAX_ID_BYTES - len("loop/"))(ctx, param, value)
+
+
+def _scope_name(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    from .host._cli_support import name_option_callback
+
+    return name_option_callback("scope")(ctx, param, value)
+
+
 @click.group("loop")
 def loop() -> None:
     """Run a loop of governed turns, kill and resume it; show a loop's record."""
@@ -48,7 +63,8 @@ def loop() -> None:
 
 @loop.command("run")
 @click.argument("package", type=click.Path())
-@click.option("--loop-id", required=True, help="The loop's id (the same id continues it).")
+@click.option("--loop-id", required=True, callback=_loop_id,
+              help="The loop's id (the same id continues it).")
 @click.option("--runner", default="turn", show_default=True, help="The turn runner.")
 @click.option("--max-turns", type=click.IntRange(min=1, max=MAX_SAFE_INTEGER), default=3,
               show_default=True)
@@ -61,7 +77,8 @@ def loop() -> None:
               "<workspace>/.runx/receipts).")
 @click.option("--store", default=None, metavar="S",
               help="Run store: a directory or a SQLite file (else $RUNX_ACTORS_STORE).")
-@click.option("--scope", default="default", show_default=True, help="Scope of the loop.")
+@click.option("--scope", default="default", show_default=True, callback=_scope_name,
+              help="Scope of the loop.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def loop_run(package: str, loop_id: str, runner: str, max_turns: int,
              inputs: tuple[str, ...], json_inputs: tuple[str, ...], receipt_dir: str | None,
@@ -107,18 +124,20 @@ def loop_run(package: str, loop_id: str, runner: str, max_turns: int,
 
 
 @loop.command("status")
-@click.argument("loop_id")
+@click.argument("loop_id", callback=_loop_id)
 @click.option("--store", default=None, metavar="S",
               help="Run store: a directory or a SQLite file (else $RUNX_ACTORS_STORE).")
-@click.option("--scope", default="default", show_default=True, help="Scope of the loop.")
+@click.option("--scope", default="default", show_default=True, callback=_scope_name,
+              help="Scope of the loop.")
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 def loop_status(loop_id: str, store: str | None, scope: str, as_json: bool) -> None:
     """The loop record of LOOP_ID: configuration and turns (read-only)."""
-    from .cli_runs import _run, open_store_for
+    from .cli_runs import _run, open_store_for, require_scope
     from .host._records import fold_loop, loop_stream
 
     async def main() -> Any:
         async with open_store_for(store) as opened:
+            await require_scope(opened, scope)
             reader = await opened.reader(scope)
             record = fold_loop(loop_id, await reader.read_stream(loop_stream(loop_id)))
             if record is None:

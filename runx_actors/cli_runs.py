@@ -14,9 +14,13 @@ PostgreSQL DSN: ``postgresql://…`` or ``host=… dbname=…``), else ``$RUNX_A
 else ``<workspace>/.runx/store``.
 Every command prints a rich table on a terminal, or one JSON document with ``--json``.
 
-Exit codes: 0 done; 1 the store refused or has no such Run (message and hint on stderr); 3
-the store is damaged (``CorruptStoreError`` / ``CorruptRecordError``, as for ``store check``);
-64 usage error (bad option, a Run id found in several scopes without ``--scope``).
+Exit codes: 0 done; 1 the store refused, is missing (``StoreMissingError``), cannot be
+reached (``StoreUnreachableError``, within libpq's ``connect_timeout``, the DSN's password
+shown as ``***``) or has no such Run or scope (``ScopeNotFoundError``) — message and hint
+on stderr, and with ``--json`` one JSON error object on stdout (RUN-CLI-2); 3 the store is
+damaged (``CorruptStoreError`` / ``CorruptRecordError``, as for ``store check``); 64 usage
+error (bad option, a ``--scope`` or RUN_ID that is not a valid name (RUN-WIR-1), a Run id
+found in several scopes without ``--scope``).
 """
 
 from __future__ import annotations
@@ -45,8 +49,35 @@ _PG_PREFIXES = ("postgres://", "postgresql://")
 
 
 class StoreMissingError(RunxError):
-    """``--store`` (or its default) names no existing SQLite store; nothing was created.
-    Attribute: ``path``."""
+    """``--store`` (or its default) names no existing store — no SQLite file there, or a
+    PostgreSQL schema without a store's tables; nothing was created (exit 1). Attribute:
+    ``path`` (a DSN: ``target``, its password masked)."""
+
+    #: the ``hint:`` line (``host._cli_support.hint_for``)
+    hint = ("pass --store (a SQLite file or a directory holding runs.sqlite3, or a "
+            "postgresql:// DSN of a database holding a store) or set RUNX_ACTORS_STORE")
+
+
+def _is_dsn(chosen: str) -> bool:
+    return chosen.startswith(_PG_PREFIXES) or "dbname=" in chosen or "host=" in chosen
+
+
+def _probe_postgres(dsn: str) -> None:
+    """Connect once (fast and typed: ``store._check.connect_postgres``) and check that
+    the connection's schema holds a store, so that a read never creates one (a pool
+    would retry a refused connection until its timeout, 30 s, and then raise an untyped
+    PoolTimeout)."""
+    from .store._check import connect_postgres, redact_dsn
+
+    with connect_postgres(dsn) as conn:
+        row = conn.execute("SELECT current_schema(), EXISTS (SELECT 1 FROM pg_tables WHERE "
+                           "schemaname = current_schema() AND tablename = 'runx_meta')"
+                           ).fetchone()
+    if row is None or not row[1]:
+        target = redact_dsn(dsn)
+        where = f"schema {row[0]!r}" if row is not None and row[0] else "no schema"
+        raise StoreMissingError(f"no run store in {target} ({where} has no runx_meta "
+                                "table)", target=target)
 
 
 def to_json(value: Any) -> Any:
@@ -73,15 +104,30 @@ async def open_store_for(store: str | None) -> AsyncIterator[Any]:
 
     env = environment()
     chosen = store or env.get("RUNX_ACTORS_STORE", "")
-    if chosen.startswith(_PG_PREFIXES) or "dbname=" in chosen or "host=" in chosen:
+    if _is_dsn(chosen):
+        import trio
+
+        from .store._check import CONNECT_TIMEOUT, StoreUnreachableError, redact_dsn
+
+        await trio.to_thread.run_sync(_probe_postgres, chosen)
+        from psycopg_pool import PoolTimeout
+
         from .store.postgres import open_postgres_store
 
-        async with open_postgres_store(chosen) as pg:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                pg = await stack.enter_async_context(
+                    open_postgres_store(chosen, timeout=CONNECT_TIMEOUT))
+            except PoolTimeout as exc:  # reachable a moment ago, no longer
+                target = redact_dsn(chosen)
+                raise StoreUnreachableError(
+                    f"cannot reach the PostgreSQL store {target}: no connection within "
+                    f"{CONNECT_TIMEOUT} s", target=target, reason="unreachable") from exc
             yield pg
         return
     path = resolve_store(store, env, Path(os.getcwd()))
     if not path.is_file():
-        raise StoreMissingError(f"no run store at {path}", path=str(path))
+        raise StoreMissingError(f"no run store at {str(path)!r}", path=str(path))
     from .store.sqlite import open_sqlite_store
 
     async with open_sqlite_store(path) as sqlite:
@@ -91,7 +137,7 @@ async def open_store_for(store: str | None) -> AsyncIterator[Any]:
 def _run(command: str, fn: Callable[[], Awaitable[T]]) -> T:
     """Run *fn* under trio; a RunxError or OSError is reported (exit 1), never a
     traceback."""
-    from .host._cli_support import fail, run_trio, unwrap
+    from .host._cli_support import fail, run_trio
 
     try:
         result: T = run_trio(fn)
@@ -99,17 +145,21 @@ def _run(command: str, fn: Callable[[], Awaitable[T]]) -> T:
     except click.ClickException:
         raise
     except (RunxError, OSError) as exc:
-        if isinstance(unwrap(exc), StoreMissingError):
-            click.echo(f"runx-actors: {command}: {unwrap(exc)}", err=True)
-            click.echo("hint: pass --store (a SQLite file or a directory holding "
-                       "runs.sqlite3, or a postgresql:// DSN) or set RUNX_ACTORS_STORE",
-                       err=True)
-            sys.exit(1)
         sys.exit(fail(command, exc))
+
+
+async def require_scope(store: Any, scope: str) -> None:
+    """Raise ScopeNotFoundError unless *store* has *scope* (an epoch row or a commit)."""
+    from .inspect import scope_exists
+    from .store._check import ScopeNotFoundError
+
+    if not await scope_exists(store, scope):
+        raise ScopeNotFoundError(f"the store has no scope {scope!r}", scope=scope)
 
 
 async def _scope_of(store: Any, run_id: str, scope: str | None) -> str:
     if scope is not None:
+        await require_scope(store, scope)
         return scope
     from .inspect import find_scopes
 
@@ -117,7 +167,8 @@ async def _scope_of(store: Any, run_id: str, scope: str | None) -> str:
     if not scopes:
         raise RunNotFoundError(f"no run {run_id!r} in any scope", run_id=run_id)
     if len(scopes) > 1:
-        raise click.UsageError(f"run {run_id!r} exists in scopes {', '.join(scopes)}; "
+        raise click.UsageError(f"run {run_id!r} exists in scopes "
+                               f"{', '.join(map(repr, scopes))}; "
                                "pass --scope")
     return scopes[0]
 
@@ -133,8 +184,16 @@ def _echo_json(value: Any) -> None:
 
 _store_option = click.option("--store", "store", default=None, metavar="S",
                              help="SQLite file/directory or postgresql:// DSN.")
+def _name(what: str) -> Any:
+    from .host._cli_support import name_option_callback
+
+    return name_option_callback(what)
+
+
 _scope_option = click.option("--scope", "scope", default=None, metavar="X",
+                             callback=_name("scope"),
                              help="The Run's scope (found by id when omitted).")
+_run_argument = click.argument("run_id", callback=_name("run id"))
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
@@ -152,7 +211,8 @@ def runs() -> None:
 
 @runs.command("list")
 @_store_option
-@click.option("--scope", "scope", default=None, metavar="X", help="Only this scope.")
+@click.option("--scope", "scope", default=None, metavar="X", callback=_name("scope"),
+              help="Only this scope.")
 @click.option("--status", "status", multiple=True,
               type=click.Choice(["active", "completed", "failed", "stopped"]),
               help="Only Runs with this status (repeatable).")
@@ -164,6 +224,8 @@ def runs_list(store: str | None, scope: str | None, status: tuple[str, ...],
 
     async def main() -> Any:
         async with open_store_for(store) as opened:
+            if scope is not None:
+                await require_scope(opened, scope)
             return await list_runs(opened, scope=scope, status=status)
 
     rows = _run("runs list", main)
@@ -177,7 +239,7 @@ def runs_list(store: str | None, scope: str | None, status: tuple[str, ...],
 
 
 @runs.command("show")
-@click.argument("run_id")
+@_run_argument
 @_store_option
 @_scope_option
 @_json_option
@@ -252,7 +314,7 @@ def _summary(payload: Any) -> str:
 
 
 @runs.command("log")
-@click.argument("run_id")
+@_run_argument
 @_store_option
 @_scope_option
 @_json_option
@@ -277,7 +339,7 @@ def runs_log(run_id: str, store: str | None, scope: str | None, as_json: bool) -
 
 
 @runs.command("timeline")
-@click.argument("run_id")
+@_run_argument
 @_store_option
 @_scope_option
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "html", "json"]),
@@ -305,7 +367,13 @@ def runs_timeline(run_id: str, store: str | None, scope: str | None, fmt: str,
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:  # a missing directory, no permission, a full disk …
+            click.echo(f"runx-actors: runs timeline: cannot write {str(output)!r}: "
+                       f"{exc.strerror}", err=True)
+            click.echo("hint: -o names a file in an existing, writable directory", err=True)
+            sys.exit(1)
         click.echo(f"wrote {output}", err=True)
 
 
@@ -384,7 +452,7 @@ _call_argument = click.argument("call_id", required=False, default="")
 
 
 @runs.command("approve")
-@click.argument("run_id")
+@_run_argument
 @_call_argument
 @_store_option
 @_scope_option
@@ -400,7 +468,7 @@ def runs_approve(run_id: str, call_id: str, store: str | None, scope: str | None
 
 
 @runs.command("reject")
-@click.argument("run_id")
+@_run_argument
 @_call_argument
 @click.option("--reason", default="", help="Why (the model sees it).")
 @_store_option
@@ -417,7 +485,7 @@ def runs_reject(run_id: str, call_id: str, reason: str, store: str | None,
 
 
 @runs.command("respond")
-@click.argument("run_id")
+@_run_argument
 @click.argument("call_id")
 @click.argument("payload")
 @_store_option
@@ -435,7 +503,7 @@ def runs_respond(run_id: str, call_id: str, payload: str, store: str | None,
 
 
 @runs.command("cancel")
-@click.argument("run_id")
+@_run_argument
 @click.option("--request-id", default="", help="Idempotency key (default: the run id).")
 @_store_option
 @_scope_option

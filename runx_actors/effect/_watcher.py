@@ -28,6 +28,7 @@ from typing import Protocol
 import attrs
 import trio
 
+from .._scoped import body_errors_unwrapped
 from ..protocol.errors import (
     ExecutionNotFoundError,
     OutcomeNotReadyError,
@@ -575,6 +576,7 @@ class Watcher:
                 await trio.sleep(self._reconnect_pause)
 
 
+@body_errors_unwrapped
 @asynccontextmanager
 async def open_watcher(port: ExecutionPort, *, poll: float = 30.0,
                        reconnect_pause: float = 1.0,
@@ -583,6 +585,9 @@ async def open_watcher(port: ExecutionPort, *, poll: float = 30.0,
 
     Leaving the block closes the Watcher (registrations are dropped without callbacks).
     Raises ``ValidationError`` for out-of-range settings (see :class:`Watcher`).
+
+    An exception raised in the block comes out as itself, not in an ExceptionGroup; an error
+    of a background task comes out in an ExceptionGroup (RUN-ACT-10).
     """
     _check_settings(poll, reconnect_pause, probe)
     async with trio.open_nursery() as nursery:

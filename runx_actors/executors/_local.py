@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from .._scoped import body_errors_unwrapped
 from ..effect import (
     DEFAULT_PROGRESS_RING,
     DEFAULT_RETAINED_OUTCOMES,
@@ -760,6 +761,7 @@ def _check_retry(tool_max_attempts: int, max_backoff: float, jitter: float,
                          "jitter in [0, 1]")
 
 
+@body_errors_unwrapped
 @asynccontextmanager
 async def open_local_executor(*, tools: Iterable[Tool] = (),
                               models: Mapping[ModelRef, Model] | None = None,
@@ -786,6 +788,9 @@ async def open_local_executor(*, tools: Iterable[Tool] = (),
     ``Cancelled("executor closed")``) and their tasks finish before the block exits.
     Raises ``ValueError`` (before anything starts) for duplicate tool refs or
     out-of-range bounds.
+
+    An exception raised in the block comes out as itself, not in an ExceptionGroup; an error
+    of a background task comes out in an ExceptionGroup (RUN-ACT-10).
     """
     tools = tuple(tools)
     _catalog(tools)

@@ -12,6 +12,7 @@ from typing import Any
 import click
 import trio
 
+from .._clierror import name_option_callback
 from .._strictread import MalformedInputError
 from ..protocol.errors import (
     CorruptStoreError,
@@ -46,6 +47,10 @@ __all__ = [
     "hint_for",
     "exit_code_for",
     "fail",
+    "error_document",
+    "echo_error_json",
+    "wants_json",
+    "name_option_callback",
 ]
 
 #: The run-store override **[ours]** (§9.1, §9.4).
@@ -159,11 +164,18 @@ _PACKAGE_HINTS = {
 
 
 def hint_for(exc: BaseException) -> str:
-    """A line saying what to do about *exc*, or ``""``."""
+    """A line saying what to do about *exc*, or ``""``: its own ``hint`` (a string
+    attribute) when it has one, else by type."""
     if isinstance(exc, ReceiptIndexStaleError):
         return str(getattr(exc, "hint", ""))
     if isinstance(exc, LoopConfigMismatch) and getattr(exc, "loop_id", None):
         return _LOOP_MISMATCH_HINT
+    own = getattr(exc, "hint", None)  # the error's own (StoreMissingError, …)
+    if isinstance(own, str) and own:
+        return own
+    if getattr(exc, "reason", "") == "bad_limit":  # an environment override, not a file
+        return ("set the RUNX_ACTORS_MAX_<KIND>_BYTES variable named above to a positive "
+                "number of bytes, or unset it (README: Hostile input)")
     if isinstance(exc, PackageError) and getattr(exc, "reason", "") in _PACKAGE_HINTS:
         return _PACKAGE_HINTS[str(getattr(exc, "reason", ""))]
     for kind, hint in _HINTS:
@@ -176,6 +188,8 @@ def exit_code_for(exc: BaseException) -> int:
     """§9.1: a host error carries its code (3 for ``LoopIntegrityError``); a damaged store
     (``CorruptStoreError``, ``CorruptRecordError``: verification of the store failed, RUN-STO)
     is 3, like ``store check``; anything else is 1."""
+    if isinstance(exc, click.UsageError):
+        return 64
     if isinstance(exc, HostError):
         return int(type(exc).exit_code)
     if isinstance(exc, CorruptStoreError):
@@ -183,12 +197,34 @@ def exit_code_for(exc: BaseException) -> int:
     return 1
 
 
-def fail(command: str, exc: BaseException) -> int:
+def error_document(command: str, exc: BaseException, code: int) -> dict[str, Any]:
+    """The JSON object a ``--json`` command prints on stdout for an error (RUN-CLI-2;
+    ``runx_actors._clierror.error_document`` with :func:`hint_for`'s hint)."""
+    from .._clierror import error_document as document
+
+    return document(command, exc, code, hint_for(exc))
+
+
+def wants_json() -> bool:
+    """Whether the running click command was given ``--json`` (its ``as_json``)."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.params.get("as_json"))
+
+
+def echo_error_json(command: str, exc: BaseException, code: int) -> None:
+    """Print :func:`error_document` as one line on stdout."""
+    import json
+
+    click.echo(json.dumps(error_document(command, exc, code), ensure_ascii=False))
+
+
+def fail(command: str, exc: BaseException, *, as_json: bool | None = None) -> int:
     """Print *exc* as ``runx-actors: <command>: <message>`` (one line) plus a ``hint:``
-    line, and return its exit code."""
+    line on stderr, and return its exit code. With ``--json`` (*as_json*, default: the
+    running command's ``--json``) the error is also one JSON object on stdout
+    (:func:`error_document`, RUN-CLI-2)."""
+    from .._clierror import report
+
     exc = unwrap(exc)
-    click.echo(f"runx-actors: {command}: {' '.join(str(exc).split())}", err=True)
-    hint = hint_for(exc)
-    if hint:
-        click.echo(f"hint: {hint}", err=True)
-    return exit_code_for(exc)
+    return report(command, exc, exit_code_for(exc), hint=hint_for(exc),
+                  as_json=wants_json() if as_json is None else as_json)

@@ -30,8 +30,10 @@ from ..store.sqlite import open_sqlite_store
 from ._cli_demo import demo
 from ._cli_support import (
     EXPECTED_ERRORS,
+    STORE_ENV,
     environment,
     fail,
+    name_option_callback,
     resolve_store,
     run_trio,
     workspace_dir,
@@ -126,6 +128,14 @@ class _Host:
 
 def _host(receipt_dir: str | None, store: str | None, env: Mapping[str, str],
           cwd: Path) -> _Host:
+    from ..store._check import is_dsn, redact_dsn
+
+    chosen = store or env.get(STORE_ENV, "")
+    if is_dsn(chosen):  # never a directory named after the DSN (its password in a path)
+        raise click.UsageError(
+            f"this command needs a SQLite run store (a directory or a file), but "
+            f"{'--store' if store else STORE_ENV} is a PostgreSQL DSN ({redact_dsn(chosen)});"
+            " the runs and loop status commands read PostgreSQL stores")
     signer = require_signer(env)
     keyring = keyring_from_env(env)
     receipts = ReceiptStore(resolve_receipt_dir(receipt_dir, env, cwd),
@@ -141,6 +151,7 @@ _STORE_OPTION = click.option("--store", default=None, metavar="S",
                              help="Run store: a directory or a SQLite file (else "
                              "$RUNX_ACTORS_STORE, else <workspace>/.runx/store).")
 _SCOPE_OPTION = click.option("--scope", default=DEFAULT_SCOPE, show_default=True,
+                             callback=name_option_callback("scope"),
                              help="Scope (session) of the run store [ours].")
 _JSON_OPTION = click.option("--json", "as_json", is_flag=True,
                             help="Print runx.skill_run.v1 JSON.")

@@ -13,11 +13,12 @@ from ._model import find_scopes as find_scopes
 from ._model import list_runs as list_runs
 from ._model import log_entries as log_entries
 from ._model import run_view as run_view
+from ._model import scope_exists as scope_exists
 from ._render import to_html as to_html
 from ._render import to_mermaid as to_mermaid
 
 __all__ = [
     "EpochBand", "LogEntry", "Mark", "RunRow", "RunView", "Span", "Timeline",
-    "build_timeline", "find_scopes", "list_runs", "log_entries", "run_view", "to_html",
-    "to_mermaid",
+    "build_timeline", "find_scopes", "list_runs", "log_entries", "run_view", "scope_exists",
+    "to_html", "to_mermaid",
 ]

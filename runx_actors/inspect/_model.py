@@ -25,7 +25,7 @@ from ..store.base import FrozenStore, SessionReader, StreamRecord
 
 __all__ = [
     "RunRow", "RunView", "LogEntry", "Span", "Mark", "EpochBand", "Timeline", "list_runs",
-    "run_view", "log_entries", "build_timeline", "find_scopes",
+    "run_view", "log_entries", "build_timeline", "find_scopes", "scope_exists",
 ]
 
 
@@ -89,6 +89,16 @@ async def find_scopes(store: Any, run_id: str) -> list[str]:
     rows = await _sql(store, "SELECT scope FROM runs WHERE run_id = ? ORDER BY scope",
                       "SELECT scope FROM runs WHERE run_id = %s ORDER BY scope", run_id)
     return [str(r[0]) for r in rows]
+
+
+async def scope_exists(store: Any, scope: str) -> bool:
+    """Whether *store* has *scope*: an epoch row (it was opened) or a commit."""
+    rows = await _sql(
+        store, "SELECT 1 FROM scopes WHERE scope = ? UNION ALL "
+               "SELECT 1 FROM commits WHERE scope = ? LIMIT 1",
+        "SELECT 1 FROM scopes WHERE scope = %s UNION ALL "
+        "SELECT 1 FROM commits WHERE scope = %s LIMIT 1", scope, scope)
+    return bool(rows)
 
 
 def _status(state: Any) -> str:

@@ -360,8 +360,8 @@ def evaluate_commit(
     snap = view.active(run_id)
     if snap is None:
         if view.stream_exists(run_id):
-            raise RunTerminalError(f"run {run_id} has ended", run_id=run_id, command=command)
-        raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+            raise RunTerminalError(f"run {run_id!r} has ended", run_id=run_id, command=command)
+        raise RunNotFoundError(f"run {run_id!r} not found", run_id=run_id)
     # Decided already (RUN-CMT-10): steps 3-11 on this very snapshot gave this Append.
     if request.predicted is not None:
         predicted = _predicted(request, snap, prompt_token_guard)
@@ -386,7 +386,7 @@ def evaluate_commit(
     state = snap.state
     # 6. Terminal (defensive).
     if state.status is not RunStatus.ACTIVE:
-        raise RunTerminalError(f"run {run_id} has ended", run_id=run_id, status=state.status)
+        raise RunTerminalError(f"run {run_id!r} has ended", run_id=run_id, status=state.status)
     # 7. Hard CAS, Prepare only.
     if isinstance(command, C.PrepareModelRequest):
         if request.base != snap.position:

@@ -19,6 +19,7 @@ import attrs
 import trio
 
 from .. import effect
+from .._scoped import body_errors_unwrapped
 from ..protocol import commands as C
 from ..protocol import facts as F
 from ..protocol._codec import encode_value
@@ -632,7 +633,7 @@ class Runtime:
         for call in await self.waiting(run_id):
             if call.call_id == call_id or not call_id:
                 return call.request
-        raise ValidationError(f"no waiting call {call_id!r} in run {run_id}", run_id=run_id,
+        raise ValidationError(f"no waiting call {call_id!r} in run {run_id!r}", run_id=run_id,
                               call_id=call_id)
 
     async def _respond(self, request: ResponseRequest, result: CommitResult) -> CommitResult:
@@ -795,6 +796,7 @@ def _ownership_lost(group: BaseExceptionGroup[Any]) -> OwnershipLostError | None
     return found[0] if walk(group) and found else None
 
 
+@body_errors_unwrapped
 @contextlib.asynccontextmanager
 async def open_runtime(store: RuntimeStore, executor: effect.ExecutionPort, *,
                        scope: str = "default", settings: Settings | None = None,
@@ -822,6 +824,9 @@ async def open_runtime(store: RuntimeStore, executor: effect.ExecutionPort, *,
     errors; OwnershipLostError if another writer opens the scope meanwhile — unwrapped,
     never inside an ExceptionGroup, whether the body or a task of the runtime (the
     reconciler's watch) met it first (RUN-ACT-5).
+
+    An exception raised in the block comes out as itself, not in an ExceptionGroup; an error
+    of a background task comes out in an ExceptionGroup (RUN-ACT-10).
     """
     await check_offers(executor, scope, model=model, tools=tools)
     writer = await store.open(scope)

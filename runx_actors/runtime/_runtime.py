@@ -15,6 +15,7 @@ from typing import Any
 import trio
 
 from .. import effect
+from .._scoped import only_body_error
 from ..protocol import commands as C
 from ..protocol import facts as F
 from ..protocol.commit import CommitRequest, CommitResult, envelope
@@ -59,6 +60,9 @@ class ActorRuntime:
 
     Raises:
         ValidationError: a second ActorRuntime for the same writer (§4.5).
+
+    An exception raised in the block comes out as itself, not in an ExceptionGroup; an error
+    of a background task comes out in an ExceptionGroup (RUN-ACT-10).
     """
 
     def __init__(self, writer: Any, executor: Any, settings: Settings | None = None, *,
@@ -126,6 +130,10 @@ class ActorRuntime:
         self.hub.close()
         try:
             return await self._stack.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            if exc is None or not only_body_error(group, exc):
+                raise
+            return False  # RUN-ACT-10: the body's own error comes out as itself
         finally:
             _WRITERS_WITH_RUNTIME.discard(self.writer)
 

@@ -41,7 +41,8 @@ from ._verify import fact_digests
 from .base import run_stream
 
 __all__ = ["Problem", "redact_dsn", "CheckReport", "check_store", "check_sqlite", "check_postgres",
-           "is_dsn", "StoreMissingError"]
+           "is_dsn", "StoreMissingError", "StoreUnreachableError", "ScopeNotFoundError",
+           "connect_postgres", "CONNECT_TIMEOUT"]
 
 _RUN_PREFIX = run_stream("")
 
@@ -49,6 +50,39 @@ _RUN_PREFIX = run_stream("")
 class StoreMissingError(RunxError):
     """``store check`` was given a path where there is no file (nothing is created).
     Attributes: ``path``."""
+
+
+class StoreUnreachableError(RunxError):
+    """A PostgreSQL store could not be reached: the server refused the connection, the
+    database or role does not exist, authentication failed, the DSN does not parse, or
+    the PostgreSQL extra is not installed (RUN-CLI-2). The message names the DSN with its
+    password masked (:func:`redact_dsn`); the server's own message is kept, a DSN parse
+    error's is not (it may quote the password). Attributes: ``target`` (masked),
+    ``reason`` (``unreachable``, ``bad_dsn``, ``no_driver``), ``hint`` (what to do).
+    Exit code 1 from the CLI (``check --log``: 66)."""
+
+
+class ScopeNotFoundError(RunxError):
+    """A command's ``--scope`` names a valid scope the store does not have (no epoch row,
+    no commit): exit 1, as a Run or loop that is not there (``check --log``: 66).
+    Attribute: ``scope``."""
+
+    #: the ``hint:`` line (``host._cli_support.hint_for``)
+    hint = "check the scope's name (`runx-actors runs list` lists the store's Runs by scope)"
+
+
+#: StoreUnreachableError's ``hint`` by ``reason`` (the CLI's ``hint:`` line).
+_REACH_HINTS = {
+    "unreachable": "check the DSN: its host and port must reach a running PostgreSQL "
+                   "server, and its dbname and user must exist there and be accepted",
+    "bad_dsn": "give a libpq key=value string (host=… dbname=…) or a postgresql:// URL",
+    "no_driver": "pip install 'runx-actors[postgres]'",
+}
+
+
+#: Seconds a command waits for a PostgreSQL server to accept a connection (libpq's
+#: ``connect_timeout``; a DSN's own ``connect_timeout`` wins).
+CONNECT_TIMEOUT = 10
 
 
 @attrs.frozen(kw_only=True)
@@ -336,7 +370,7 @@ def check_sqlite(path: str, *, scope: str | None = None) -> CheckReport:
     if os.path.isdir(path):
         path = os.path.join(path, "runs.sqlite3")
     if not os.path.lexists(path):
-        raise StoreMissingError(f"there is no store at {path}", path=path)
+        raise StoreMissingError(f"there is no store at {path!r}", path=path)
     try:
         check_header(path)
     except CorruptStoreError as exc:
@@ -381,12 +415,12 @@ def check_sqlite(path: str, *, scope: str | None = None) -> CheckReport:
 def check_postgres(dsn: str, *, scope: str | None = None) -> CheckReport:
     """Check the PostgreSQL store at *dsn* in one ``REPEATABLE READ READ ONLY``
     transaction (nothing is written)."""
-    import psycopg
-
-    from ._pg_schema import SCHEMA_VERSION, TABLES, is_damage
-
     target = redact_dsn(dsn)
-    with psycopg.connect(dsn) as conn:
+    with connect_postgres(dsn) as conn:  # first: it says when psycopg is not installed
+        import psycopg
+
+        from ._pg_schema import SCHEMA_VERSION, TABLES, is_damage
+
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         row = conn.execute("SELECT current_schema()").fetchone()
         schema = row[0] if row is not None else None
@@ -434,12 +468,51 @@ def redact_dsn(dsn: str) -> str:
     return make_conninfo(**{k: str(v) for k, v in params.items()})
 
 
+def connect_postgres(dsn: str, **kwargs: Any) -> Any:
+    """One ``psycopg.connect(dsn)`` that fails fast and typed: libpq's ``connect_timeout``
+    is :data:`CONNECT_TIMEOUT` unless *dsn* sets one; *kwargs* go to ``psycopg.connect``.
+
+    Raises:
+        StoreUnreachableError: see its docstring (the driver's error is ``__cause__``
+            except for a DSN that does not parse, whose message may quote the password).
+    """
+    target = redact_dsn(dsn)
+    try:
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+    except ModuleNotFoundError as exc:
+        raise StoreUnreachableError(
+            f"{target} is a PostgreSQL DSN, but {exc.name} is not installed "
+            "(pip install 'runx-actors[postgres]')", target=target,
+            reason="no_driver",
+            hint=_REACH_HINTS["no_driver"]) from None
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        params = None
+    if params is None:
+        raise StoreUnreachableError(  # libpq's message may quote a piece of the password
+            "the PostgreSQL DSN does not parse (a libpq key=value string or a "
+            "postgresql:// URL)", target=target, reason="bad_dsn",
+            hint=_REACH_HINTS["bad_dsn"]) from None
+    if "connect_timeout" not in params:
+        kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT)
+    try:
+        return psycopg.connect(dsn, **kwargs)
+    except psycopg.Error as exc:
+        detail = " ".join(str(exc).split())
+        raise StoreUnreachableError(f"cannot reach the PostgreSQL store {target}: {detail}",
+                                    target=target, reason="unreachable",
+            hint=_REACH_HINTS["unreachable"]) from exc
+
+
 def check_store(target: str, *, scope: str | None = None) -> CheckReport:
     """Check the store *target*: a PostgreSQL DSN (see :func:`is_dsn`) or a SQLite path.
 
     Raises:
         StoreMissingError: a SQLite path where nothing exists.
-        psycopg.OperationalError: the PostgreSQL server cannot be reached.
+        StoreUnreachableError: the PostgreSQL server cannot be reached (or the DSN does
+            not parse, or psycopg is not installed).
     """
     if is_dsn(target):
         return check_postgres(target, scope=scope)

@@ -6,22 +6,33 @@ damage it finds (see ``runx_actors.store._check``).
 
 Exit codes: 0 the store is clean; 3 damage found (every problem is printed); 64 a usage
 error (bad option, no file at PATH: nothing is created); 1 the store could not be reached
-(e.g. the PostgreSQL server refused the connection).
+(``StoreUnreachableError``: the PostgreSQL server refused the connection, the database
+does not exist, the DSN does not parse; its password is shown as ``***``). With
+``--json`` every outcome is one JSON object on stdout: the report, or an error object
+(``runx_actors._clierror.error_document``; RUN-CLI-2).
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
-from ._check import CheckReport, StoreMissingError, check_store
+from ._check import (
+    CheckReport,
+    ScopeNotFoundError,
+    StoreMissingError,
+    StoreUnreachableError,
+    check_store,
+)
 
 __all__ = ["store", "EX_CLEAN", "EX_DAMAGED", "EX_UNREACHABLE"]
 
 EX_CLEAN = 0
 EX_DAMAGED = 3
 EX_UNREACHABLE = 1
+EX_USAGE = 64
 
 
 @click.group()
@@ -44,10 +55,16 @@ def _text(report: CheckReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _scope_name(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    from .._clierror import name_option_callback
+
+    return name_option_callback("scope")(ctx, param, value)
+
+
 @store.command()
 @click.argument("target", metavar="PATH_OR_DSN")
-@click.option("--scope", default=None, help="Check only this scope (frozen bodies: only "
-              "those its Runs name).")
+@click.option("--scope", default=None, callback=_scope_name,
+              help="Check only this scope (frozen bodies: only those its Runs name).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def check(*, target: str, scope: str | None, as_json: bool) -> int:
     """Check the store PATH_OR_DSN for damage, writing nothing (an fsck).
@@ -58,22 +75,22 @@ def check(*, target: str, scope: str | None, as_json: bool) -> int:
     index against the facts, and every frozen body. Exits 0 clean, 3 damaged, 64 usage
     error, 1 the store could not be reached.
     """
+    from .._clierror import report as fail
+
     try:
         report = check_store(target, scope=scope)
     except StoreMissingError as exc:
+        if as_json:  # a usage error (64), as one JSON object on stdout too (RUN-CLI-2)
+            return fail("store check", click.UsageError(str(exc)), EX_USAGE, hint="",
+                        as_json=True)
         raise click.UsageError(str(exc)) from None
-    except ModuleNotFoundError as exc:  # a DSN, but the PostgreSQL extra is not installed
-        if not (exc.name or "").startswith("psycopg"):
-            raise
-        click.echo(f"runx-actors: store check: a PostgreSQL DSN needs {exc.name}, which is "
-                   "not installed", err=True)
-        click.echo("hint: pip install 'runx-actors[postgres]'", err=True)
-        return EX_UNREACHABLE
-    except Exception as exc:  # the server could not be reached: say so, no traceback
-        if type(exc).__module__.startswith("psycopg"):
-            click.echo(f"runx-actors: store check: cannot reach the store: {exc}", err=True)
-            return EX_UNREACHABLE
-        raise
+    except StoreUnreachableError as exc:  # fast, typed, the password masked (RUN-CLI-2)
+        return fail("store check", exc, EX_UNREACHABLE, hint=str(getattr(exc, "hint", "")),
+                    as_json=as_json)
+    if scope is not None and not report.scopes and report.ok:
+        missing = ScopeNotFoundError(f"the store has no scope {scope!r}", scope=scope)
+        return fail("store check", missing, EX_UNREACHABLE, hint=ScopeNotFoundError.hint,
+                    as_json=as_json)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:

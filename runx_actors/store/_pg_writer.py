@@ -259,7 +259,7 @@ class CreateJob(Job[CommitResult]):
         if prior is not None:
             return CommitResult(CommitStatus.ALREADY_APPLIED, tx.load(run_id), prior), ()
         if log.stream_exists(tx.conn, tx.scope, run_id):
-            raise RunExistsError(f"run {run_id} exists", run_id=run_id)
+            raise RunExistsError(f"run {run_id!r} exists", run_id=run_id)
         group = create_group(self.new_run, self.inputs)
         check_foreign(self.extra_events)
         snap = Snapshot(fold_run(group, run_id=run_id), len(group) - 1)

@@ -211,7 +211,7 @@ def select_run_facts(
         if known is not None:
             raise _damaged(scope, stream, 0, f"the Run's events are missing (its head is "
                            f"{known[0]!r})", reason="tail_missing", run_id=run_id)
-        raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+        raise RunNotFoundError(f"run {run_id!r} not found", run_id=run_id)
     checked = verify_chain(scope, stream, rows, start, run_id=run_id)
     if stop is None and rows:
         last, head = rows[-1][0], rows[-1][5]

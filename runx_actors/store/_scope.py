@@ -75,7 +75,7 @@ def check_divergence(run_id: RunID, record: Snapshot, projected: Snapshot | None
     if (projected is not None and projected.position == record.position
             and projected.state != record.state):
         raise ProjectionDivergenceError(
-            f"record of {run_id} differs from the projection", run_id=run_id,
+            f"record of {run_id!r} differs from the projection", run_id=run_id,
             record=record, projection=projected,
         )
 
@@ -225,7 +225,7 @@ class ScopeLog:
         RunNotFoundError."""
         events = self.streams.get(run_stream(run_id))
         if events is None:
-            raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+            raise RunNotFoundError(f"run {run_id!r} not found", run_id=run_id)
         if tail is not None:
             if tail < 1:
                 raise ValueError(f"tail must be at least 1, got {tail}")

@@ -498,7 +498,7 @@ class CreateJob(Job[CommitResult]):
         if prior is not None:
             return CommitResult(CommitStatus.ALREADY_APPLIED, tx.load(ws, run_id), prior), plan
         if tx.stream_exists(ws, run_id):
-            raise RunExistsError(f"run {run_id} exists", run_id=run_id)
+            raise RunExistsError(f"run {run_id!r} exists", run_id=run_id)
         group = create_group(self.new_run, self.inputs)
         check_foreign(self.extra_events)
         snap = Snapshot(fold_run(group, run_id=run_id), len(group) - 1)

@@ -48,6 +48,7 @@ import psycopg
 import trio
 from psycopg_pool import ConnectionPool
 
+from .._scoped import body_errors_unwrapped
 from ..protocol.commit import (
     BatchResult,
     CommitRequest,
@@ -325,6 +326,7 @@ def _copy_error(exc: BaseException) -> BaseException:
         return exc
 
 
+@body_errors_unwrapped
 @asynccontextmanager
 async def open_postgres_store(
     dsn: str,
@@ -346,6 +348,9 @@ async def open_postgres_store(
         ValidationError: a size is not positive or ``min_size > max_size``.
         SchemaVersionError: the schema holds an unknown version or is not a store.
         psycopg_pool.PoolTimeout: the database could not be reached within *timeout*.
+
+    An exception raised in the block comes out as itself, not in an ExceptionGroup; an error
+    of a background task comes out in an ExceptionGroup (RUN-ACT-10).
     """
     if min_size < 1 or max_size < min_size or max_group < 1 or timeout <= 0:
         raise ValidationError("need 1 <= min_size <= max_size, max_group >= 1, timeout > 0")

@@ -577,7 +577,7 @@ class SimpleLog:
             facts = prior.facts if prior.run_id == run_id else ()
             return CommitResult(CommitStatus.ALREADY_APPLIED, self.snapshot(run_id), facts)
         if run_id in self._streams:
-            raise RunExistsError(f"run {run_id} exists", run_id=run_id)
+            raise RunExistsError(f"run {run_id!r} exists", run_id=run_id)
         group = create_group(NewRun(run_id, causation_id), _inputs(inputs))
         snap = Snapshot(fold_run(group, run_id=run_id), len(group) - 1)
         self._append(cid, run_id, group, snap)
@@ -662,7 +662,7 @@ class SimpleLog:
         """Every fact of the Run, in stream order."""
         run_id = self._run(run_id)
         if run_id not in self._streams:
-            raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+            raise RunNotFoundError(f"run {run_id!r} not found", run_id=run_id)
         return tuple(self._streams[run_id])
 
     def snapshot(self, run_id: RunID | None = None) -> Snapshot:
@@ -670,7 +670,7 @@ class SimpleLog:
         run_id = self._run(run_id)
         snap = self._active.get(run_id) or self._ended.get(run_id)
         if snap is None:
-            raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+            raise RunNotFoundError(f"run {run_id!r} not found", run_id=run_id)
         return snap
 
     def state(self, run_id: RunID | None = None) -> MachineState:

@@ -45,7 +45,13 @@ def test_list_filters_by_status_and_scope(store: Path) -> None:
         ("pending", "active", 1), ("slow", "completed", 0)}
     active = cli_json("runs", "list", "--store", str(store), "--status", "active")["runs"]
     assert [r["run_id"] for r in active] == ["asks", "pending"]
-    assert cli_json("runs", "list", "--store", str(store), "--scope", "other")["runs"] == []
+    assert [r["run_id"] for r in cli_json("runs", "list", "--store", str(store), "--scope",
+                                          "app")["runs"]] == [
+        "asks", "busy", "done", "pending", "slow"]
+    # a scope the store does not have is an error (RUN-CLI-2), not an empty list
+    unknown = cli("runs", "list", "--store", str(store), "--scope", "other")
+    assert unknown.exit_code == 1
+    assert "the store has no scope 'other'" in unknown.stderr
     table = cli("runs", "list", "--store", str(store))
     assert table.exit_code == 0 and "pending" in table.stdout and "completed" in table.stdout
 
@@ -197,7 +203,7 @@ def test_a_run_id_in_two_scopes_needs_scope(store: Path) -> None:
 
     trio.run(other_scope)
     ambiguous = cli("runs", "show", "done", "--store", str(store))
-    assert ambiguous.exit_code == 64 and "app, other" in ambiguous.stderr
+    assert ambiguous.exit_code == 64 and "'app', 'other'" in ambiguous.stderr
     scoped = cli_json("runs", "show", "done", "--store", str(store), "--scope", "other")
     assert scoped["scope"] == "other" and scoped["status"] == "active"
     assert scoped["current"] == "open (between steps)"

@@ -368,15 +368,15 @@ def test_verify_on_a_damaged_receipt_directory_never_tracebacks(
         assert result.exit_code != 0, result.output  # a damaged receipt never verifies
 
 
-def test_an_empty_scope_gets_a_hint(tmp_path: Path) -> None:
+def test_an_empty_scope_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
     result = run(["skill", str(EXAMPLE), "-i", "objective=x", "-i", "loop_id=l", "-i",
                   "turn_index=1", "-i", "max_turns=3", "--scope", "", "--store",
                   "s.sqlite3"], tmp_path)
-    assert_clean(result, {1})
-    lines = result.output.splitlines()
-    assert lines[0] == "runx-actors: skill: scope must be non-empty"
-    assert lines[1].startswith("hint: ")
+    assert_clean(result, {64})  # refused as a bad option, before anything opens
+    assert "Invalid value for '--scope': '' is not a valid scope: scope must be a " \
+        "non-empty string" in result.stderr
+    assert not (tmp_path / "s.sqlite3").exists()
 
 
 @pytest.mark.parametrize("content", [b"[1]", b'{"a": 1, "a": 2}', b"{"])
@@ -396,15 +396,23 @@ def test_a_refused_receipt_file_gets_a_hint(tmp_path: Path, content: bytes) -> N
 def test_a_hostile_name_is_refused_in_one_line(tmp_path: Path, option: list[str],
                                                 env: dict[str, str], what: str) -> None:
     """RUN-WIR-1 from the CLI: a scope or run id with a control or bidirectional character,
-    or past the byte limit, is a usage-level refusal (exit 1, one line naming the code point
-    or the size), nothing is stored under it, and no traceback is printed."""
+    or past the byte limit, is refused in one line naming the code point or the size —
+    a ``--scope`` as a bad option (exit 64, before anything opens; RUN-CLI-2), a
+    ``RUNX_RUN_ID`` by the runtime (exit 1) — nothing is stored under it, and no traceback
+    is printed."""
     (tmp_path / "ws").mkdir()
     result = run(["skill", str(EXAMPLE), "-i", "objective=x", "-i", "loop_id=l", "-i",
                   "turn_index=1", "-i", "max_turns=3", *option, "--store", "s.sqlite3"],
                  tmp_path, **env)
-    assert_clean(result, {1})
-    first = result.output.splitlines()[0]
-    assert first.startswith("runx-actors: skill: ") and what in first, result.output
+    if option:
+        assert_clean(result, {64})
+        error = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+        assert len(error) == 1 and "Invalid value for '--scope'" in error[0] \
+            and what in error[0], result.output
+    else:
+        assert_clean(result, {1})
+        first = result.output.splitlines()[0]
+        assert first.startswith("runx-actors: skill: ") and what in first, result.output
     assert "Traceback" not in result.output
     stores = list(tmp_path.rglob("s.sqlite3"))
     for db in stores:  # the store may have been opened; no Run and no commit is in it

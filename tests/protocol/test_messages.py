@@ -248,8 +248,8 @@ CASES: list[Case] = [
      lambda: expected_command_ids(RUN, 0, 7),  # type: ignore[arg-type]
      ValidationError, "not a command: 7"),
     # evaluate_commit, in the order of §4.3
-    ("ended Run at locate", _run_ended_at_locate, RunTerminalError, "run run-1 has ended"),
-    ("unknown Run", _run_not_found, RunNotFoundError, "run run-9 not found"),
+    ("ended Run at locate", _run_ended_at_locate, RunTerminalError, "run 'run-1' has ended"),
+    ("unknown Run", _run_not_found, RunNotFoundError, "run 'run-9' not found"),
     ("envelope with an empty id", _envelope_empty_id, CommandConflictError,
      "envelope ids are empty or name another Run"),
     ("envelope naming another Run", _envelope_other_run, CommandConflictError,
@@ -261,7 +261,7 @@ CASES: list[Case] = [
     ("non-derived command id", _non_derived_id, CommandConflictError,
      "command id is not the derived one"),
     ("ended Run listed active", _ended_but_listed_active, RunTerminalError,
-     "run run-1 has ended"),
+     "run 'run-1' has ended"),
     ("prepare base ahead", _prepare_base_ahead, StaleRuntimeError,
      "prepare base is not the current position"),
     ("decide refusal at commit", _decide_refusal_at_commit, StaleRuntimeError,
@@ -460,4 +460,4 @@ def test_a_batch_after_its_own_cancel_is_terminal_not_unknown() -> None:
     decisions, error = evaluate_batch(_NoStreams(log), [cancel, accept])
     assert len(decisions) == 1
     assert type(error) is RunTerminalError
-    assert str(error) == "run run-1 has ended"
+    assert str(error) == "run 'run-1' has ended"

@@ -1618,7 +1618,7 @@ def test_predict_commit_on_an_ended_or_other_run_is_terminal() -> None:
     other = log.request(*B.accept_input(log.state(), "in-2"), run_id="run-2")
     with pytest.raises(RunTerminalError) as err:
         predict_commit(log.snapshot(), other)
-    assert str(err.value) == "run run-2 has ended"
+    assert str(err.value) == "run 'run-2' has ended"
     assert (err.value.run_id, err.value.command) == ("run-2", other.envelope.command)  # type: ignore[attr-defined]
     cid, accept = B.accept_input(log.state(), "in-2")
     log.apply(B.cancel(log.state()))
@@ -1626,7 +1626,7 @@ def test_predict_commit_on_an_ended_or_other_run_is_terminal() -> None:
     assert ended.state.status is not RunStatus.ACTIVE
     with pytest.raises(RunTerminalError) as err:
         predict_commit(ended, log.request(cid, accept))
-    assert str(err.value) == "run run-1 has ended"
+    assert str(err.value) == "run 'run-1' has ended"
     assert getattr(err.value, "command", None) == accept
     assert getattr(err.value, "status", None) is None
 

@@ -355,3 +355,23 @@ async def test_runtime_end_to_end(postgres_schema: NewSchema) -> None:
     assert facts[0] == facts[1]
     assert facts[0][0] == "run_created" and facts[0][-1] == "run_ended"
     assert "tool_call_completed" in facts[0]
+
+
+async def test_body_error_leaves_the_store_unwrapped(postgres_schema: NewSchema) -> None:
+    """RUN-ACT-10: the block's own error comes out of open_postgres_store as itself; a
+    failure of a task in the store's nursery comes out in an ExceptionGroup."""
+    dsn = postgres_schema()
+    error = ValueError("from the body")
+    with pytest.raises(ValueError) as caught:
+        async with open_postgres_store(dsn):
+            raise error
+    assert caught.value is error
+
+    async def fail() -> None:
+        raise KeyError("background")
+
+    with pytest.raises(BaseExceptionGroup) as group:
+        async with open_postgres_store(dsn) as store:
+            store._nursery.start_soon(fail)
+            await trio.sleep_forever()
+    assert group.group_contains(KeyError)

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import trio
 from click.testing import CliRunner
 
@@ -75,3 +76,88 @@ def test_runs_commands_on_postgres(postgres_schema: Callable[[], str]) -> None:
     assert out.exit_code == 0, out.output
     tl = json.loads(out.stdout)
     assert {m["kind"] for m in tl["marks"]} >= {"approval", "takeover", "end"}
+
+
+# -- a DSN that cannot be reached (RUN-CLI-2) ---------------------------------------------
+
+DSN_COMMANDS = {
+    "runs list": ["runs", "list", "--store"],
+    "runs show": ["runs", "show", "p1", "--store"],
+    "runs log": ["runs", "log", "p1", "--store"],
+    "runs approve": ["runs", "approve", "p1", "--store"],
+    "loop status": ["loop", "status", "L", "--store"],
+    "store check": ["store", "check"],
+}
+
+
+def _with_password(dsn: str, **changes: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = {**conninfo_to_dict(dsn), "password": "s3cret", **changes}
+    return make_conninfo(**params)
+
+
+def _free_port() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+@pytest.fixture
+def no_pool(monkeypatch: Any) -> None:
+    """A pool would retry a refused connection until its timeout (30 s, then an untyped
+    PoolTimeout, exit 70): the commands must fail before they open one."""
+    import runx_actors.store.postgres as pg
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a pool was opened for a store that cannot be reached")
+
+    monkeypatch.setattr(pg, "make_pool", refuse)
+
+
+@pytest.mark.parametrize("command", sorted(DSN_COMMANDS))
+@pytest.mark.parametrize("broken", ["missing database", "refused port"])
+def test_an_unreachable_dsn_fails_fast_typed_and_masked(postgres_dsn: str, no_pool: None,
+                                                       command: str, broken: str) -> None:
+    dsn = _with_password(postgres_dsn, **({"dbname": "missing_db"} if broken ==
+                                          "missing database" else {"port": _free_port()}))
+    args = [*DSN_COMMANDS[command], dsn]
+    out = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert out.exit_code == 1, out.output
+    assert "s3cret" not in out.output and "password=***" in out.stderr
+    first = out.stderr.splitlines()[0]
+    assert first.startswith(f"runx-actors: {command}: cannot reach the PostgreSQL store ")
+    assert ("missing_db" in first) if broken == "missing database" else ("refused" in first)
+    assert out.stderr.splitlines()[1].startswith("hint: check the DSN")
+    as_json = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
+    assert as_json.exit_code == 1
+    doc = json.loads(as_json.stdout)
+    assert doc["ok"] is False and doc["error"] == "StoreUnreachableError"
+    assert doc["exit_code"] == 1 and doc["command"] == command
+    assert "s3cret" not in as_json.stdout and "password=***" in doc["target"]
+
+
+@pytest.mark.parametrize("command", ["runs list", "runs show", "loop status"])
+def test_a_database_without_a_store_is_not_given_one(postgres_schema: Callable[[], str],
+                                                    command: str) -> None:
+    """A read names an empty schema: StoreMissingError (exit 1), and no table is created
+    (a pool's open had created the schema's tables)."""
+    import psycopg
+
+    dsn = postgres_schema()
+    out = CliRunner().invoke(main, [*DSN_COMMANDS[command], dsn], catch_exceptions=False)
+    assert out.exit_code == 1, out.output
+    assert "no run store in" in out.stderr and "has no runx_meta table" in out.stderr
+    with psycopg.connect(dsn) as conn:
+        tables = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = "
+                              "current_schema()").fetchone()
+    assert tables == (0,)
+
+
+def test_an_unknown_scope_on_postgres_exits_1(postgres_schema: Callable[[], str]) -> None:
+    dsn = postgres_schema()
+    trio.run(_build, dsn)
+    out = CliRunner().invoke(main, ["runs", "list", "--store", dsn, "--scope", "nosuch"])
+    assert out.exit_code == 1 and "no scope 'nosuch'" in out.stderr, out.output

@@ -518,7 +518,7 @@ def test_store_check_cli_unreachable_server() -> None:
     result = CliRunner().invoke(
         main, ["store", "check", "postgresql://runx@127.0.0.1:1/nope?connect_timeout=2"])
     assert result.exit_code == 1, result.output
-    assert "cannot reach the store" in result.stderr
+    assert "cannot reach the PostgreSQL store" in result.stderr  # RUN-CLI-2
 
 
 async def test_old_schema_version_is_refused_with_a_message(tmp_path: Path) -> None:

@@ -221,7 +221,7 @@ class CoreView:
         """The projection of *run_id*, whatever its status. Raises RunNotFoundError."""
         r = run_index(run_id)
         if r is None or r >= len(self._store.proj):
-            raise RunNotFoundError(f"run {run_id} not found", run_id=run_id)
+            raise RunNotFoundError(f"run {run_id!r} not found", run_id=run_id)
         return self._store.proj[r]
 
 

@@ -233,7 +233,7 @@ class ReceiptStore:
         self._ensure_index()
         names = self._existing_files(receipt_id)
         if not names:
-            raise ReceiptNotFoundError(f"receipt {receipt_id} is not in {self._directory}",
+            raise ReceiptNotFoundError(f"receipt {receipt_id!r} is not in {str(self._directory)!r}",
                                        receipt_id=receipt_id, directory=self._directory)
         contents = {name: self._read_for_get(receipt_id, name) for name in names}
         if len(set(contents.values())) > 1:

@@ -368,7 +368,7 @@ def verify_directory(
             f"receipt directory {directory} does not exist", directory=directory)
     nodes, unreadable = _load(directory)
     if receipt_id is not None and receipt_id not in nodes:
-        raise ReceiptNotFoundError(f"receipt {receipt_id} is not in {directory}",
+        raise ReceiptNotFoundError(f"receipt {receipt_id!r} is not in {str(directory)!r}",
                                    receipt_id=receipt_id, directory=directory)
     checker = _DirectoryVerifier(nodes, Verifier(keyring=keyring, mode=mode),
                                  max_depth, max_children)
