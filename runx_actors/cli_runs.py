@@ -38,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .protocol.errors import RunNotFoundError, RunxError, ValidationError
+from .protocol.values import ResponseKind
 
 __all__ = ["runs", "StoreMissingError", "open_store_for", "to_json", "MAX_PAYLOAD_BYTES"]
 
@@ -78,6 +79,18 @@ def _probe_postgres(dsn: str) -> None:
         where = f"schema {row[0]!r}" if row is not None and row[0] else "no schema"
         raise StoreMissingError(f"no run store in {target} ({where} has no runx_meta "
                                 "table)", target=target)
+
+
+class CallNotWaitingError(ValidationError):
+    """``runs approve|reject|respond`` named a call the Run does not wait for, or one
+    that waits for the other kind of answer (``approve`` of a call waiting for a
+    response); nothing was written (exit 1). Attributes: ``run_id``, ``call_id``,
+    ``waiting`` (the ids of the calls it waits for), ``kind`` (what the named call waits
+    for, when it waits). ``hint`` is the ``hint:`` line for this one error."""
+
+    def __init__(self, message: str, *, hint: str, **attrs: Any) -> None:
+        super().__init__(message, **attrs)
+        self.hint = hint
 
 
 def to_json(value: Any) -> Any:
@@ -382,9 +395,10 @@ def runs_timeline(run_id: str, store: str | None, scope: str | None, fmt: str,
 
 def _payload(text: str) -> Any:
     """The JSON value of ``runs respond``: inline text, ``@file``, or ``-`` (stdin);
-    strict JSON (no duplicate keys, no NaN) of at most MAX_PAYLOAD_BYTES."""
+    strict JSON (no duplicate keys, no NaN) of at most MAX_PAYLOAD_BYTES, nested at most
+    64 levels (``_strictread.MAX_DEPTH``, as every reader of outside input)."""
     from .protocol.canonical import parse_json_strict
-    from .runtime._app import _ints
+    from .runtime._app import _ints, check_payload_depth
 
     if text == "-":
         data = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
@@ -399,9 +413,52 @@ def _payload(text: str) -> Any:
     if len(data) > MAX_PAYLOAD_BYTES:
         raise click.UsageError(f"the payload is larger than {MAX_PAYLOAD_BYTES} bytes")
     try:
-        return _ints(parse_json_strict(data))
+        value = _ints(parse_json_strict(data))
+        check_payload_depth(value)
     except (ValidationError, RecursionError) as exc:
         raise click.UsageError(f"the payload is not strict JSON: {exc}") from None
+    return value
+
+
+#: What each write answers (None: either kind).
+_ANSWERS: dict[str, ResponseKind | None] = {
+    "runs approve": ResponseKind.APPROVAL, "runs respond": ResponseKind.EXTERNAL_RESPONSE,
+    "runs reject": None,
+}
+_OTHER_COMMAND = {ResponseKind.APPROVAL: "`runx-actors runs approve|reject RUN CALL`",
+                  ResponseKind.EXTERNAL_RESPONSE:
+                      "`runx-actors runs respond RUN CALL PAYLOAD` (or `runs reject`)"}
+_WHAT = {ResponseKind.APPROVAL: "an approval", ResponseKind.EXTERNAL_RESPONSE: "a response"}
+
+
+def _pick_call(command: str, run_id: str, call_id: str, calls: Any) -> Any:
+    """The waiting call *command* answers (the first one it can answer when *call_id* is
+    empty). Raises CallNotWaitingError with a hint naming what to do instead."""
+    wants = _ANSWERS[command]
+    ids = tuple(c.call_id for c in calls)
+    if not calls:
+        raise CallNotWaitingError(
+            f"run {run_id!r} has no waiting call {call_id!r} (it waits for no call)"
+            if call_id else f"run {run_id!r} waits for no call", run_id=run_id,
+            call_id=call_id, waiting=ids,
+            hint="only a Run that waits for an approval or a response takes one; "
+                 "`runx-actors runs show RUN` says what it waits for")
+    named = [c for c in calls if c.call_id == call_id] if call_id else \
+        [c for c in calls if wants is None or c.kind is wants] or list(calls[:1])
+    if not named:
+        listed = ", ".join(f"{c.call_id} ({_WHAT[c.kind]})" for c in calls)
+        raise CallNotWaitingError(
+            f"run {run_id!r} has no waiting call {call_id!r} (it waits for: {listed})",
+            run_id=run_id, call_id=call_id, waiting=ids,
+            hint="name one of the waiting calls listed above (`runx-actors runs show RUN` "
+                 "lists them)")
+    call = named[0]
+    if wants is not None and call.kind is not wants:
+        raise CallNotWaitingError(
+            f"call {call.call_id!r} of run {run_id!r} waits for {_WHAT[call.kind]}, not "
+            f"{_WHAT[wants]}", run_id=run_id, call_id=call.call_id, waiting=ids,
+            kind=call.kind.value, hint=f"answer it with {_OTHER_COMMAND[call.kind]}")
+    return call
 
 
 def _write(command: str, run_id: str, store: str | None, scope: str | None, call_id: str,
@@ -420,13 +477,7 @@ def _write(command: str, run_id: str, store: str | None, scope: str | None, call
             call = None
             if call_id != "*":
                 state = (await reader.record(run_id)).state
-                calls = waiting_for(state)
-                call = next((c for c in calls if c.call_id == call_id or not call_id), None)
-                if call is None:
-                    raise ValidationError(
-                        f"run {run_id!r} has no waiting call {call_id!r}"
-                        if call_id else f"run {run_id!r} waits for no call",
-                        run_id=run_id, call_id=call_id)
+                call = _pick_call(command, run_id, call_id, waiting_for(state))
             writer = await opened.open(sc)
             try:
                 run_store = writer.run_store()

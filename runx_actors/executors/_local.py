@@ -141,7 +141,8 @@ class LocalExecutor:
       :data:`DEFAULT_MAX_MODEL_RESULT_BYTES` = 8 MiB); larger → ``malformed_result``
       naming the size.
 
-    Raises ``ValueError`` for duplicate tool refs or out-of-range bounds.
+    Raises ``ValueError`` for out-of-range bounds and ``ValidationError`` (a ValueError) for
+    two tools with the same ref or the same model-facing name.
     """
 
     def __init__(self, *, nursery: trio.Nursery, tools: Iterable[Tool] = (),
@@ -731,11 +732,21 @@ class LocalExecutor:
 
 
 def _catalog(tools: Iterable[Tool]) -> dict[ToolRef, Tool]:
+    """The tools by ref. Raises ValidationError (a ValueError) for a ref or a
+    model-facing name given twice: a model calls a tool by name, so a second tool with
+    the same name could never be called (RUN-EXE-5)."""
     table: dict[ToolRef, Tool] = {}
+    names: dict[str, ToolRef] = {}
     for item in tools:
         if item.ref in table:
-            raise ValueError(f"duplicate tool ref {item.ref!r}")
+            raise ValidationError(f"duplicate tool ref {item.ref!r}", tool_ref=item.ref)
+        if item.name in names:
+            raise ValidationError(
+                f"tools {names[item.name]!r} and {item.ref!r} have the same model-facing "
+                f"name {item.name!r}; a model could never call the second one",
+                tool_ref=item.ref, name=item.name)
         table[item.ref] = item
+        names[item.name] = item.ref
     return table
 
 
@@ -786,8 +797,9 @@ async def open_local_executor(*, tools: Iterable[Tool] = (),
 
     Leaving the block closes the executor: live executions are cancelled (each settles
     ``Cancelled("executor closed")``) and their tasks finish before the block exits.
-    Raises ``ValueError`` (before anything starts) for duplicate tool refs or
-    out-of-range bounds.
+    Raises ``ValueError`` (before anything starts) for out-of-range bounds, and
+    ``ValidationError`` (a ValueError) for two tools with the same ref or the same
+    model-facing name (RUN-EXE-5).
 
     An exception raised in the block comes out as itself, not in an ExceptionGroup; an error
     of a background task comes out in an ExceptionGroup (RUN-ACT-10).

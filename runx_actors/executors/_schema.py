@@ -15,7 +15,7 @@ import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
 
-__all__ = ["schema_errors"]
+__all__ = ["schema_errors", "schema_problem"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -24,6 +24,30 @@ def _validator(schema_text: str) -> Any:
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     cls.check_schema(schema)
     return cls(schema)
+
+
+def schema_problem(schema: Any) -> str | None:
+    """Why *schema* (parsed JSON) cannot be a tool's parameters schema, or None.
+
+    A tool's arguments are always a JSON object (``arguments_failure``), so the schema
+    must be a JSON object that is valid for the validator class :func:`schema_errors`
+    uses (the draft its ``$schema`` names, else Draft 2020-12; ``check_schema``) and,
+    when it has a top-level ``type``, must allow ``"object"`` — otherwise every call
+    would fail ``invalid_arguments`` and blame the model for the declaration (RUN-EXE-5).
+    """
+    if not isinstance(schema, dict):
+        return f"the parameters schema must be a JSON object, not {type(schema).__name__}"
+    declared = schema.get("type", "object")
+    kinds = declared if isinstance(declared, list) else [declared]
+    try:
+        _validator(json.dumps(schema, sort_keys=True))
+    except jsonschema.exceptions.SchemaError as exc:
+        return f"the parameters schema is invalid: {exc.message}"
+    except RecursionError:
+        return "the parameters schema is nested too deeply"
+    if "object" not in kinds:
+        return f"the parameters schema must describe a JSON object, not type {declared!r}"
+    return None
 
 
 def schema_errors(value: Any, schema: Any, path: str = "$") -> list[str]:

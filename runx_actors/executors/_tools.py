@@ -48,7 +48,7 @@ from ..protocol.values import (
     ToolReplay,
     ToolSpec,
 )
-from ._schema import schema_errors
+from ._schema import schema_errors, schema_problem
 
 __all__ = [
     "ToolError",
@@ -197,6 +197,9 @@ class Tool:
     ``_ANY_OBJECT_SCHEMAS``) are computed once, when the Tool is made.
     ``timeout`` (seconds, optional) bounds one execution; when it fires the outcome is
     UNKNOWN with class ``timeout`` (the tool may have had its effect).
+
+    Making a Tool raises ``ValidationError`` for an invalid parameters schema, whichever
+    way it is declared (see :func:`python_tool`; RUN-EXE-5).
     """
 
     ref: ToolRef = attrs.field(validator=_non_empty)
@@ -225,6 +228,16 @@ class Tool:
 
     @schema.default
     def _schema(self) -> Any:
+        # refused here, not at each call: an invalid schema would fail every call with
+        # invalid_arguments and blame the model for the declaration (RUN-EXE-5)
+        try:
+            schema = parse_json_strict(self.definition.parameters)
+        except ValidationError as error:
+            raise ValidationError(f"tool {self.ref!r}: the parameters are not strict JSON: "
+                                  f"{error.message or error}", tool_ref=self.ref) from None
+        problem = schema_problem(schema)
+        if problem is not None:
+            raise ValidationError(f"tool {self.ref!r}: {problem}", tool_ref=self.ref)
         return json.loads(self.definition.parameters)
 
     @is_async.default
@@ -341,7 +354,15 @@ def python_tool(fn: Callable[..., Any], *, ref: ToolRef, name: str | None = None
     call with class ``internal``; an integer past ±(2^53−1) is kept as the nearest double
     (D-11). An exception *fn* raises — ``SystemExit`` and other BaseExceptions included,
     but not ``KeyboardInterrupt`` — fails only that call (UNKNOWN: ``effect_unknown``;
-    RUN-ACT-1). Raises ``ValidationError`` for an empty ref or invalid parameters JSON.
+    RUN-ACT-1).
+
+    Raises:
+        ValidationError: an empty ref, parameters that are not strict JSON, or a
+            parameters schema that is not a JSON object, is not a valid JSON Schema for
+            the draft the executor validates with (its ``$schema``, else Draft 2020-12),
+            or has a top-level ``type`` without ``"object"`` (a tool's arguments are a
+            JSON object). Attribute ``tool_ref``. Checked here, so a badly declared tool
+            never reaches a model (RUN-EXE-5).
     """
     definition = ToolDefinition(name=name or ref, description=description,
                                 parameters=_parameters_text(parameters))

@@ -227,15 +227,25 @@ def projection(turns: Sequence[TurnSummary]) -> dict[str, Any]:
 
 
 def check_max_turns(value: Any) -> None:
-    """Raise InputContractError when *value* is a number past ±(2^53−1): JSON numbers are
-    doubles (D-11), so the loop's record would hold another number than the spec and
-    refuse the loop on every later call. Checked before any loop fact is written (§2.3).
-    Other values are left to the contract and to the turn (§3.2: a budget of 0, -1 or
-    1.5 fails the turn; a non-number is an InputContractError)."""
-    if (isinstance(value, int | float) and not isinstance(value, bool)
-            and abs(value) > MAX_SAFE_INTEGER):
+    """Raise InputContractError (``field="max_turns"``) unless *value* is a positive
+    integer (an integral float such as ``3.0`` is accepted, as §3.2 normalises it) of at
+    most 2^53−1. Checked before any loop fact is written (§2.3).
+
+    The budget is the host's own counter (§2.4 row 4, ``n == max_turns``): 0, -1 or 2.5
+    never equal a turn number, so the loop would run a governed turn — a model effect —
+    that only the example's scripted model refuses (§3.2's runtime validation belongs to
+    a turn Run, e.g. a standalone ``skill`` run given such inputs); a number past
+    ±(2^53−1) is stored as another double (D-11) and the loop refused on every later call.
+    A non-number is left to the input contract (``max_turns: number``)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return
+    if abs(value) > MAX_SAFE_INTEGER:
         raise InputContractError(f"input_contract_invalid: max_turns must be at most "
                                  f"{MAX_SAFE_INTEGER}, not {value!r}", field="max_turns")
+    if not (value >= 1 and float(value).is_integer()):
+        raise InputContractError(f"input_contract_invalid: max_turns must be a positive "
+                                 f"integer (the host counts turns against it), not "
+                                 f"{value!r}", field="max_turns")
 
 
 def _number(value: Any) -> int:
@@ -264,7 +274,7 @@ class LoopHost:
             with the same spec continues exactly where the record stands (§2.6).
         Raises:
             InputContractError: the turn inputs violate the contract, or ``max_turns``
-                is past ±(2^53−1) (nothing written).
+                is not a positive integer of at most 2^53−1 (nothing written, no Run).
             LoopConfigMismatch: the stored loop differs from *spec* (nothing written).
             LoopIntegrityError: a recorded turn fails verification (nothing submitted).
             OwnershipLostError: another host took over the scope; this one stopped.

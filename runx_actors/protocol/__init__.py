@@ -139,6 +139,7 @@ from .errors import SchemaVersionError as SchemaVersionError
 from .errors import SettlementsEvictedError as SettlementsEvictedError
 from .errors import StaleRuntimeError as StaleRuntimeError
 from .errors import StateConflictError as StateConflictError
+from .errors import StoreOpenError as StoreOpenError
 from .errors import TargetWithoutEffectError as TargetWithoutEffectError
 from .errors import ToolOfferError as ToolOfferError
 from .errors import ValidationError as ValidationError
@@ -315,6 +316,7 @@ __all__ = [
     "SchemaVersionError",
     "CorruptRecordError",
     "CorruptStoreError",
+    "StoreOpenError",
     "NS_MODEL_REQUEST",
     "NS_MODEL_STEP",
     "NS_TOOL_CALL",

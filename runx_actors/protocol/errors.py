@@ -65,6 +65,7 @@ __all__ = [
     "SchemaVersionError",
     "CorruptStoreError",
     "CorruptRecordError",
+    "StoreOpenError",
     "RunConflictError",
 ]
 
@@ -196,6 +197,16 @@ class CorruptRecordError(CorruptStoreError):
     ``run_id`` (or ``stream``), ``position``."""
 
 
+class StoreOpenError(RunxError):
+    """A durable store cannot be opened or created at its path, and nothing was written
+    (RUN-STO-1): the path is a directory (``reason="is_directory"``), its directory does
+    not exist (``missing_directory``), or the operating system refuses to create or open
+    the file there (``cannot_open``: not writable, a read-only file system …; the driver's
+    or OS's error is ``__cause__``). The message names the path. Attributes: ``path``,
+    ``reason``. A file that is there but is not a store is CorruptStoreError or
+    SchemaVersionError instead."""
+
+
 class LoopError(RunxError):
     """Grouping base for loop (runtime) errors."""
 
@@ -261,8 +272,9 @@ class SettleTimeoutError(LoopError):
 
 class ToolOfferError(LoopError):
     """A tool the runtime offers the model is unknown to the executor or declared
-    differently there; found when the runtime opens (RUN-ACT-8). Attributes:
-    ``tool_ref``, ``failure`` (the executor's ToolFailure)."""
+    differently there, or two offers share a ref or a model-facing name; found when the
+    runtime opens (RUN-ACT-8). Attributes: ``tool_ref``, ``failure`` (the executor's
+    ToolFailure; None for a duplicate, which also sets ``name``)."""
 
 
 class DispatchError(RunxError):

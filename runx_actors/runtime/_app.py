@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -39,6 +39,7 @@ from ..protocol.commit import (
 )
 from ..protocol.digests import decision_digest, digest_tool_response_payload
 from ..protocol.errors import (
+    CanonicalJSONError,
     CorruptRecordError,
     FrozenValueMissingError,
     OwnershipLostError,
@@ -191,12 +192,40 @@ async def reject(store: RunStore, request: ResponseRequest, reason: str) -> Comm
         response_digest=decision_digest(request.kind, "rejected", reason), reason=reason))
 
 
+#: Deepest nesting (arrays/objects) of a response payload: the strict readers' limit
+#: (``_strictread.MAX_DEPTH``; README "Hostile input").
+MAX_PAYLOAD_DEPTH = 64
+
+
+def check_payload_depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> None:
+    """Raise CanonicalJSONError (``reason="too_deep"``) when the JSON value *value* nests
+    arrays/objects more than *limit* levels (a scalar is depth 0). Iterative: a hostile
+    value cannot reach a RecursionError here."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth + 1 > limit:
+            raise CanonicalJSONError(f"the payload is nested deeper than {limit} levels",
+                                     reason="too_deep", limit=limit)
+        stack.extend((child, depth + 1) for child in children)
+
+
 async def answer(store: RunStore, request: ResponseRequest, payload: Any) -> CommitResult:
     """Answer a WAITING(external_response) call with the JSON value *payload*
-    (RUN-MCH-4).
+    (RUN-MCH-4). Any JSON value is an answer, ``null`` and ``""`` included: the spec
+    refuses those only as a tool's *output* (RUN-WIR-4), not as a response payload
+    (``tool_response_payload``), so "no value" can be answered.
 
-    Raises CanonicalJSONError (not JSON), else as :func:`approve`.
+    Raises CanonicalJSONError (not JSON, or nested deeper than
+    :data:`MAX_PAYLOAD_DEPTH` levels; nothing written), else as :func:`approve`.
     """
+    check_payload_depth(payload)
     text = canonical_json_text(payload)
     return await _commit(store, request.run_id, derive_response_command_id(
         request.run_id, request.step_id, request.call_id, request.id), C.SubmitToolResponse(
@@ -662,8 +691,9 @@ class Runtime:
 
     async def respond(self, run_id: RunID, call_id: str, payload: Any) -> CommitResult:
         """Answer the waiting external-response call *call_id* with the JSON value
-        *payload*; the model sees it as the call's output (RUN-MCH-4). Raises
-        CanonicalJSONError (not JSON), else as :meth:`approve`."""
+        *payload* (any JSON value, ``null`` included; see :func:`answer`); the model sees
+        it as the call's output (RUN-MCH-4). Raises CanonicalJSONError (not JSON, or
+        nested deeper than 64 levels; nothing written), else as :meth:`approve`."""
         self._open()
         request = await self._request(run_id, call_id)
         return await self._respond(request, await answer(self.run_store, request, payload))

@@ -32,14 +32,30 @@ async def check_offers(executor: Any, scope: str, *, model: ModelRef = "",
     is the default model ref ("" = none). Checkpoint: once per offer (``validate``).
 
     Raises:
-        ToolOfferError: an offered tool is unknown to the executor or declared
-            differently there (attributes ``tool_ref``, ``failure``).
+        ToolOfferError: two offers share a ref or a model-facing name (a model calls a
+            tool by name, so the second could never be called; ``failure`` is None,
+            ``name`` the shared name), or an offered tool is unknown to the executor or
+            declared differently there (attributes ``tool_ref``, ``failure``). Checked
+            in that order, the duplicates before the executor is asked.
         ModelUnavailableError: the executor refuses *model* (attributes ``model``,
             ``failure``).
         Any exception ``validate`` raises (a broken executor is found at open, too).
     """
-    for offer in tools:
-        spec = offer.spec()
+    specs = [offer.spec() for offer in tools]
+    refs: set[str] = set()
+    names: dict[str, str] = {}
+    for spec in specs:
+        if spec.ref in refs:
+            raise ToolOfferError(f"the tool {spec.ref!r} is offered twice",
+                                 tool_ref=spec.ref, failure=None, name=spec.name)
+        if spec.name in names:
+            raise ToolOfferError(
+                f"offered tools {names[spec.name]!r} and {spec.ref!r} have the same "
+                f"model-facing name {spec.name!r}; a model could never call the second one",
+                tool_ref=spec.ref, failure=None, name=spec.name)
+        refs.add(spec.ref)
+        names[spec.name] = spec.ref
+    for spec in specs:
         failure = await executor.validate(effect.Assignment(
             session=scope, run_id=_PROBE_RUN, step_id="", call_id="", effect="",
             target=None, body=effect.ToolAssignment(

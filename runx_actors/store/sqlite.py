@@ -28,6 +28,8 @@ replays.
 from __future__ import annotations
 
 import logging
+import os
+import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -43,7 +45,7 @@ from ..protocol.commit import (
     CommitStatus,
     validate_name,
 )
-from ..protocol.errors import ValidationError
+from ..protocol.errors import StoreOpenError, ValidationError
 from ..protocol.values import AgentInput, Digest, NewRun, Scope
 from . import _sqlite_log as log
 from ._facade import SqlFrozenStore, SqlReader, SqlRunStore, SqlStoreBase, SqlWriter
@@ -283,6 +285,9 @@ async def open_sqlite_store(
     before anything is written (RUN-STO-1, RUN-STO-2).
 
     Raises:
+        StoreOpenError: *path* is a directory, its directory does not exist (it is not
+            created), or the OS refuses to create or open the file (``path``,
+            ``reason``). Nothing was written.
         SchemaVersionError: the file holds an unknown schema version or is a SQLite
             database that is not a store (foreign).
         CorruptStoreError: the file is zero bytes, garbage, truncated or otherwise
@@ -303,15 +308,57 @@ async def open_sqlite_store(
         await store.aclose()
 
 
+#: ``sqlite_errorname`` values that mean the file cannot be created or opened at its
+#: path (not that it is damaged): StoreOpenError.
+_CANNOT_OPEN = frozenset({"SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM",
+                          "SQLITE_READONLY_DIRECTORY", "SQLITE_CANTOPEN_ISDIR"})
+
+
+def _cannot_open(path: str, exc: BaseException) -> StoreOpenError | None:
+    """The StoreOpenError for *exc* raised while creating or opening *path*, or None
+    when *exc* says something else (damage, a lock …)."""
+    if isinstance(exc, sqlite3.Error):
+        if str(getattr(exc, "sqlite_errorname", "")) not in _CANNOT_OPEN:
+            return None
+        detail = str(exc)
+    elif isinstance(exc, OSError):
+        detail = exc.strerror or str(exc)
+    else:
+        return None
+    return StoreOpenError(f"cannot open the store at {path!r}: {detail}", path=path,
+                          reason="cannot_open")
+
+
 def _open_writer_connection(path: str, busy_timeout: float) -> Any:
     """Create the store if *path* does not exist, else check it before anything can be
-    written: header, identity, version, tables, epochs (RUN-STO-1, RUN-STO-2)."""
-    create_store_file(path)
+    written: header, identity, version, tables, epochs (RUN-STO-1, RUN-STO-2).
+
+    Raises StoreOpenError (a directory, a missing parent directory, a path the OS will not
+    let SQLite create or open), before anything is written."""
+    if os.path.isdir(path):
+        raise StoreOpenError(f"cannot open the store at {path!r}: it is a directory (name "
+                             "a file in it)", path=path, reason="is_directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        what = "is not a directory" if os.path.lexists(parent) else "does not exist"
+        raise StoreOpenError(f"cannot open the store at {path!r}: {parent!r} {what} (a "
+                             "directory is not created)", path=path,
+                             reason="missing_directory")
+    try:
+        create_store_file(path)
+    except (sqlite3.Error, OSError) as exc:
+        refused = _cannot_open(path, exc)
+        if refused is None:
+            raise
+        raise refused from exc
     check_header(path)
     try:
         conn = connect(path, busy_timeout=busy_timeout,
                        cached_statements=WRITER_CACHED_STATEMENTS)
     except SQLITE_ERRORS as exc:
+        refused = _cannot_open(path, exc)
+        if refused is not None:
+            raise refused from exc
         if not is_damage(exc):
             raise
         raise corrupt(path, f"the database is damaged: {exc}", reason="sqlite") from exc

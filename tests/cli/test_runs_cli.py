@@ -147,6 +147,54 @@ def test_respond_with_json_payload(store: Path, tmp_path: Path) -> None:
     assert log[-1]["fact"] == "tool_call_answered"
 
 
+def test_respond_payload_depth_is_the_readers_limit(store: Path) -> None:
+    # F22 (break7): 100 nested arrays were accepted; every reader of outside input stops
+    # at 64 levels (README "Hostile input"), and nothing is written when it refuses
+    (call,) = cli_json("runs", "show", "asks", "--store", str(store))["waiting"]
+    before = _bytes_of(store)
+    deep = cli("runs", "respond", "asks", call["call_id"], "[" * 65 + "]" * 65,
+               "--store", str(store))
+    assert deep.exit_code == 64 and "deeper than 64" in deep.stderr
+    assert _bytes_of(store) == before
+    ok = cli_json("runs", "respond", "asks", call["call_id"], "[" * 64 + "]" * 64,
+                  "--store", str(store))
+    assert ok["status"] == "accepted"
+
+
+def test_respond_null_is_an_answer(store: Path) -> None:
+    # a response payload may be any JSON value (spec tool_response_payload); only a
+    # tool's own output refuses null (RUN-WIR-4)
+    (call,) = cli_json("runs", "show", "asks", "--store", str(store))["waiting"]
+    ok = cli_json("runs", "respond", "asks", call["call_id"], "null", "--store", str(store))
+    assert ok["status"] == "accepted"
+
+
+def test_a_call_of_the_other_kind_or_unknown_gets_its_own_hint(store: Path) -> None:
+    # F22 (break7): approve of a call waiting for a response said "reload and derive
+    # again: ApproveToolCall: call does not wait for approval" with no hint line; a wrong
+    # call id got the --scope hint
+    (answerable,) = cli_json("runs", "show", "asks", "--store", str(store))["waiting"]
+    (approvable,) = cli_json("runs", "show", "pending", "--store", str(store))["waiting"]
+    before = _bytes_of(store)
+    for args, said, hint in (
+            (("approve", "asks", answerable["call_id"]), "waits for a response, not an "
+             "approval", "hint: answer it with `runx-actors runs respond RUN CALL PAYLOAD`"),
+            (("approve", "asks"), "waits for a response", "runs respond RUN CALL"),
+            (("respond", "pending", approvable["call_id"], "1"),
+             "waits for an approval, not a response",
+             "hint: answer it with `runx-actors runs approve|reject RUN CALL`"),
+            (("respond", "asks", "nosuchcall", "1"),
+             f"no waiting call 'nosuchcall' (it waits for: {answerable['call_id']} (a "
+             "response))", "hint: name one of the waiting calls listed above"),
+            (("reject", "pending", "nosuchcall"), "no waiting call 'nosuchcall'",
+             "hint: name one of the waiting calls")):
+        out = cli("runs", *args, "--store", str(store))
+        assert out.exit_code == 1, (args, out.output)
+        assert said in out.stderr and hint in out.stderr, (args, out.stderr)
+        assert "--scope" not in out.stderr and "derive again" not in out.stderr
+    assert _bytes_of(store) == before  # refused before the writer opened
+
+
 def test_errors_are_reported_not_raised(store: Path, tmp_path: Path) -> None:
     missing = cli("runs", "list", "--store", str(tmp_path / "none.sqlite3"))
     assert missing.exit_code == 1 and "no run store" in missing.stderr

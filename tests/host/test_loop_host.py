@@ -217,6 +217,29 @@ async def test_host_counter_caps_turns(tmp_path: Path) -> None:
     assert len(env.receipt_files()) == 3
 
 
+async def test_a_budget_that_is_no_turn_count_starts_no_model(tmp_path: Path) -> None:
+    # F15 (break7): with a model that does not check the budget itself, max_turns 0 ran
+    # one full turn (model + fs.read) and 2.5 ran three; the host refuses them first
+    env = make_env(tmp_path)
+    package = stub_package(tmp_path, "always-continue")
+    model = AlwaysContinue()
+    calls: list[ModelRequest] = []
+
+    class Counting:
+        async def complete(self, request: ModelRequest) -> ModelResult:
+            calls.append(request)
+            return await model.complete(request)
+
+    host = env.host(models={"always-continue": Counting()})
+    for bad in (0, -1, 2.5):
+        with pytest.raises(InputContractError) as refused:
+            await host.run(env.spec("success", package=package, loop_id=f"loop-{bad}",
+                                    max_turns=bad))
+        assert refused.value.field == "max_turns"
+        assert not await env.stream(f"loop/loop-{bad}")
+    assert calls == [] and run_ids_in(env.store) == [] and env.receipt_files() == []
+
+
 async def test_field_9_runaway_loop_hits_budget(tmp_path: Path, autojump_clock: Any) -> None:
     # (a) a turn that always asks for more: the host's max-turn counter stops the loop.
     env = make_env(tmp_path)

@@ -236,13 +236,19 @@ async def test_invalid_turn_index_fails(tmp_path: Path) -> None:
         assert "loop turn failed: turn_index must be a positive integer" in \
             result["closure"]["summary"]
         assert result["payload"] is None
-    for bad in (0, -1, 1.5):  # a loop whose turn fails stops with turn_failed
-        outcome = await env.host().run(env.spec("success", loop_id=f"loop-bad-{bad}",
-                                                max_turns=bad))
-        assert (outcome.status, outcome.stop_reason, outcome.exit_code) == \
-            ("failed", "turn_failed", 1)
-        assert outcome.turns[0].reason_code == "step_failed"
     runs = run_ids_in(env.store)
+    # a loop's budget is the host's own counter (§2.4 row 4): one that is not a positive
+    # integer is refused before any loop fact, Run or model effect (the CLI's --max-turns
+    # refuses it too), not left to the turn's model to notice (§3.2's runtime validation
+    # is the standalone turn's, above)
+    for bad in (0, -1, 1.5, 2.5):
+        with pytest.raises(InputContractError) as refused:
+            await env.host().run(env.spec("success", loop_id=f"loop-bad-{bad}",
+                                          max_turns=bad))
+        assert (refused.value.reason, refused.value.field) == \
+            ("input_contract_invalid", "max_turns")
+        assert not await env.stream(f"loop/loop-bad-{bad}")
+    assert run_ids_in(env.store) == runs
     with pytest.raises(InputContractError) as caught:
         await run_skill(env.store, env.package, config=env.config(), scope=SCOPE,
                         run_id="run_abc", inputs={**base, "turn_index": "abc"})
@@ -251,6 +257,8 @@ async def test_invalid_turn_index_fails(tmp_path: Path) -> None:
         await env.host().run(env.spec("success", loop_id="loop-abc", max_turns="abc"))
     assert run_ids_in(env.store) == runs  # no Run was created
     assert not await env.stream("loop/loop-abc")  # and no loop fact
+    outcome = await env.host().run(env.spec("success", loop_id="loop-float", max_turns=3.0))
+    assert (outcome.status, outcome.exit_code) == ("stopped", 0)  # integral: normalised
 
 
 # -- 19, 20: the policy gate and the real read ----------------------------------------------

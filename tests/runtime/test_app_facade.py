@@ -18,7 +18,12 @@ from runx_actors.executors import (
 )
 from runx_actors.protocol import facts as F
 from runx_actors.protocol.commit import CommitStatus
-from runx_actors.protocol.errors import RunConflictError, RunExistsError, ValidationError
+from runx_actors.protocol.errors import (
+    CanonicalJSONError,
+    RunConflictError,
+    RunExistsError,
+    ValidationError,
+)
 from runx_actors.protocol.values import ModelRequest, ResponseKind, ResponsePolicy, RunStatus
 from runx_actors.runtime import (
     AWAITING_APPROVAL,
@@ -126,6 +131,32 @@ async def test_respond_reaches_the_model_as_json(store: Any) -> None:
             await rt.respond("r1", call.call_id, {"value": 7})
             done = await rt.drive("r1")
             assert done.answer is not None and done.answer.text == "got {'value': 7}"
+
+
+async def test_respond_refuses_a_payload_past_64_levels_and_takes_null(store: Any) -> None:
+    # F22 (break7): a response payload is outside input; the strict readers' nesting
+    # limit (64) applies to it, before anything is written. null is an answer (the spec
+    # refuses null only as a tool output, RUN-WIR-4)
+    tool = _gated_tool(ResponsePolicy.EXTERNAL_RESPONSE)
+    model = EchoModel("inc", {"x": 5})
+    deep: Any = []
+    for _ in range(64):
+        deep = [deep]  # 65 levels
+    with trio.fail_after(HANG):
+        async with open_local_executor(tools=[tool], models={"m": model}) as ex, \
+                open_runtime(store, ex, scope="s", model="m", tools=[tool]) as rt:
+            await rt.create_run("r1", ["inc 5"])
+            (call,) = (await rt.drive("r1")).waiting_for
+            before = (await rt.snapshot("r1")).position
+            with pytest.raises(CanonicalJSONError) as refused:
+                await rt.respond("r1", call.call_id, {"deep": deep})
+            assert refused.value.reason == "too_deep"
+            with pytest.raises(CanonicalJSONError):
+                await rt.respond("r1", call.call_id, deep)
+            assert (await rt.snapshot("r1")).position == before
+            assert (await rt.respond("r1", call.call_id, None)).status is CommitStatus.ACCEPTED
+            done = await rt.drive("r1")
+            assert done.answer is not None and done.answer.text == "got None"
 
 
 async def test_reject_fails_the_call_and_the_model_sees_it(store: Any) -> None:
