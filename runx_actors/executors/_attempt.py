@@ -38,6 +38,7 @@ from ..effect import (
     ToolFailure,
     ToolFailureClass,
 )
+from ..effect._escape import stops_the_process
 from ..protocol.canonical import canonical_json_text
 from ..protocol.digests import digest_model_result, digest_tool_output
 from ..protocol.values import ModelRequest, ModelResult, ToolResult
@@ -148,18 +149,6 @@ async def run_tool(found: Tool, assignment: Assignment, arguments: str,
         return ToolExecutionUnknown(ToolFailure(
             ToolFailureClass.TIMEOUT, f"no answer within {found.timeout} s"))
     return tool_output(value, max_output_bytes)
-
-
-def stops_the_process(error: BaseException) -> bool:
-    """True for what a tool or model call must let through: ``trio.Cancelled`` (the
-    caller's or the executor's cancellation), ``KeyboardInterrupt`` (trio delivers the
-    user's Ctrl-C into whatever task runs, a tool's code included) and
-    ``GeneratorExit``, alone or inside an exception group. Any other BaseException —
-    ``SystemExit`` from a tool that calls ``sys.exit`` — is the call's own failure
-    (RUN-ACT-1)."""
-    if isinstance(error, BaseExceptionGroup):
-        return any(stops_the_process(e) for e in error.exceptions)
-    return isinstance(error, trio.Cancelled | KeyboardInterrupt | GeneratorExit)
 
 
 def streams(model: object) -> bool:

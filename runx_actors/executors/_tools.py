@@ -35,6 +35,7 @@ from ..effect import (
     ToolFailure,
     ToolFailureClass,
 )
+from ..effect._escape import stops_the_process
 from ..protocol.canonical import canonical_json_text, parse_json_strict
 from ..protocol.digests import digest_tool_definition
 from ..protocol.errors import RunxError, ValidationError
@@ -297,7 +298,9 @@ class Tool:
                                f"arguments are not valid JSON: {error.message or error}")
         try:
             return self._checked(json.loads(arguments))
-        except Exception as error:  # a check that raises refuses the call (never escapes)
+        except BaseException as error:  # a check that raises refuses the call (never
+            if stops_the_process(error):  # escapes; SystemExit included, RUN-ACT-1)
+                raise
             return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS, (
                 f"the argument check raised {type(error).__name__}: {error}")[:500])
 

@@ -31,6 +31,7 @@ import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
 
 from .._strictread import MalformedInputError, limit_for, loads_yaml, read_regular_file
+from ..protocol.canonical import MAX_SAFE_INTEGER
 from ._hashing import digest_bytes, digest_json
 from ._strict import strict_converter
 from .context import ContextSkill, read_front_matter, resolve_refs
@@ -444,6 +445,10 @@ def _check_value(key: str, spec: InputSpec, value: Any) -> Any:
     if spec.type == "number":
         if not _is_number(value):
             raise _contract_error(key, f"input {key} must be a number")
+        if abs(value) > MAX_SAFE_INTEGER:  # recorded as a double (D-11): the Run's own
+            raise _contract_error(key, (  # record would then refuse its inputs forever
+                f"input {key} must be at most {MAX_SAFE_INTEGER} in magnitude (JSON "
+                f"numbers are doubles)"))
         if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
             return int(value)
         return value
@@ -460,8 +465,8 @@ def apply_input_contract(runner: Runner, inputs: Mapping[str, Any]) -> dict[str,
 
     Raises:
         InputContractError: (reason ``input_contract_invalid``) an unknown key, a missing
-            required key, a value of the wrong type, or an empty or over-long
-            ``requested_tool``.
+            required key, a value of the wrong type, a number past ±(2^53−1) (D-11), or
+            an empty or over-long ``requested_tool``.
     """
     if not isinstance(inputs, Mapping):
         raise _contract_error("", "inputs must be an object")

@@ -22,6 +22,7 @@ import attrs
 import trio
 
 from .. import effect
+from ..effect._escape import stops_the_process
 from ..protocol.errors import (
     DispatchUnknownError,
     DriveCancelledError,
@@ -266,7 +267,11 @@ class RunActor:
             # error of its own instead of a foreign Cancelled.
             request.error = self._closed_error()
             raise
-        except Exception as exc:
+        except BaseException as exc:
+            if stops_the_process(exc):  # Ctrl-C, a group holding Cancelled: not the caller's
+                raise
+            # an Exception, or a SystemExit from the caller's own builder or sink: the
+            # request's error, raised in the caller's task, never in another Run's
             request.error = exc
         finally:
             self._answered(request)
@@ -287,7 +292,9 @@ class RunActor:
         except trio.Cancelled:
             request.error = self._closed_error()  # as in _serve
             raise
-        except Exception as exc:
+        except BaseException as exc:
+            if stops_the_process(exc):  # as in _serve
+                raise
             request.error = exc
         finally:
             if not parked:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from ..effect._escape import stops_the_process
 from ..protocol.facts import Fact
 from ..protocol.values import CallID, CommandID, EffectID, JSONText, RunID, Scope, StepID
 
@@ -92,7 +93,9 @@ def safe_emit(sink: EventSink | None, event: Event) -> None:
         return
     try:
         sink.emit(event)
-    except Exception:  # a sink never affects a commit (§5.13)
+    except BaseException as exc:  # a sink never affects a commit (§5.13), nor another Run
+        if stops_the_process(exc):
+            raise
         log.exception("event sink %r failed on %s", sink, event.kind.value)
 
 

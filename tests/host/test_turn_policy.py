@@ -223,6 +223,21 @@ async def test_budget_and_pause_decisions(tmp_path: Path) -> None:
         ("stopped", "next_turn_not_allowed", 0)
 
 
+@pytest.mark.parametrize("key", ["turn_index", "max_turns"])
+async def test_a_number_past_2_53_is_refused_before_the_run_is_written(
+        tmp_path: Path, key: str) -> None:
+    """The verifier's find: ``-i turn_index=9007199254740993`` wrote the Run (its inputs
+    recorded as a double, D-11) and every later call then refused it as "exists with other
+    inputs"."""
+    env = make_env(tmp_path)
+    base = {"loop_id": "loop-demo", "turn_index": 1, "max_turns": 3, "objective": "o"}
+    with pytest.raises(InputContractError) as caught:
+        await run_skill(env.store, env.package, config=env.config(), scope=SCOPE,
+                        run_id="run_big", inputs={**base, key: 2**53 + 1})
+    assert caught.value.field == key
+    assert run_ids_in(env.store) == []  # nothing written
+
+
 async def test_invalid_turn_index_fails(tmp_path: Path) -> None:
     env = make_env(tmp_path)
     base = {"loop_id": "loop-demo", "max_turns": 3, "objective": "o"}

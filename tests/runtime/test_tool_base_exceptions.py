@@ -7,6 +7,7 @@ still stops everything (trio delivers the user's Ctrl-C into whatever task runs)
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -95,3 +96,72 @@ async def test_keyboard_interrupt_from_a_tool_still_stops_the_process(
     while leaves and isinstance(leaves[0], BaseExceptionGroup):
         leaves = list(leaves[0].exceptions) + leaves[1:]
     assert any(isinstance(e, KeyboardInterrupt) for e in leaves), caught.value
+
+
+class _ExitingSink:
+    def emit(self, event: Any) -> None:
+        raise SystemExit(8)
+
+
+@pytest.mark.parametrize("where", ["check", "sink", "builder"])
+async def test_a_base_exception_from_a_runs_own_hooks_stays_with_that_run(
+        autojump_clock: Any, where: str) -> None:
+    """The verifier's find (same class): a tool's ``check=`` callback, a drive's
+    ``sink=`` or ``builder=`` raising SystemExit took down the other Run too (and the
+    culprit's drive answered a raw AttributeError). Now a raising check refuses the call
+    (``invalid_arguments``), a raising sink is logged, and a raising builder is the
+    culprit's own drive error; the victim completes either way."""
+    async def slow(boom: bool = False) -> str:
+        await trio.sleep(1)
+        return "slow ok"
+
+    def check(value: Any) -> None:
+        if value.get("boom"):
+            raise SystemExit(7)
+
+    tool = python_tool(slow, ref="t.slow", name="slow",
+                       check=check if where == "check" else None)
+
+    class _Model:
+        async def complete(self, request: Any) -> Any:
+            await trio.lowlevel.checkpoint()
+            messages = json.loads(request.body)["messages"]
+            if not any(m["role"] == "tool" for m in messages):
+                boom = messages[0]["content"] == "culprit"
+                return call_tools(tool_call("slow", {"boom": boom}))
+            return reply("end")
+
+    async with open_local_executor(models={"m": _Model()}, tools=[tool]) as ex, \
+            open_runtime(MemoryStore(), ex, scope="s", model="m", tools=[tool]) as rt:
+
+        class _ExitingBuilder:
+            model = rt.builder.model  # type: ignore[attr-defined]
+
+            async def build(self, hint: Any) -> Any:
+                raise SystemExit(9)
+
+        await rt.create_run("victim", ["victim"])
+        await rt.create_run("culprit", ["culprit"])
+        extra: dict[str, Any] = {"sink": _ExitingSink()} if where == "sink" else (
+            {"builder": _ExitingBuilder()} if where == "builder" else {})
+        results: dict[str, Any] = {}
+
+        async def drive(run: str, **options: Any) -> None:
+            try:
+                results[run] = await rt.drive(run, **options)
+            except SystemExit as exc:
+                results[run] = exc
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drive, "victim")
+            nursery.start_soon(functools.partial(drive, "culprit", **extra))
+        assert results["victim"].result.status is RunStatus.COMPLETED
+        culprit = results["culprit"]
+        if where == "builder":
+            assert isinstance(culprit, SystemExit) and culprit.code == 9
+        else:
+            assert culprit.result.status is RunStatus.COMPLETED
+        if where == "check":
+            tools = [m for m in await rt.transcript("culprit") if m["role"] == "tool"]
+            assert tools[0]["error"]["class"] == "invalid_arguments"
+            assert "SystemExit" in tools[0]["error"]["message"]
