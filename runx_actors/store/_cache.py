@@ -26,6 +26,7 @@ from __future__ import annotations
 import enum
 import functools
 import json
+from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 from ..protocol._codec import decode_value, encode_value
@@ -60,6 +61,7 @@ __all__ = ["CACHE_FORMAT", "encode_state", "decode_state", "decode_state_strict"
 CACHE_FORMAT = b"c1:"
 
 E = TypeVar("E", bound=enum.Enum)
+T = TypeVar("T")
 
 
 def encode_state(state: MachineState) -> bytes:
@@ -179,9 +181,17 @@ def _object(value: object, keys: frozenset[str]) -> dict[str, Any]:
 
 
 def _strs(value: object) -> tuple[str, ...]:
+    return _array(value, _str)
+
+
+def _array(value: object, item: Callable[[object], T]) -> tuple[T, ...]:
+    """*value* (a JSON array) with *item* applied to each element; ``()`` when the key
+    was absent (``_ABSENT``: the strict codec's default)."""
+    if value is _ABSENT:
+        return ()
     if type(value) is not list:
         raise _GiveUp("not an array")
-    return tuple([_str(item) for item in value])
+    return tuple([item(v) for v in value])
 
 
 # -- the classes of the MachineState tree (wire keys: lowerCamelCase, RUN-WIR-2) -------
@@ -284,12 +294,10 @@ def _call(value: object) -> ToolCallState:
 
 def _tool_step(value: object) -> ToolStep:
     o = _object(value, _K_TOOL_STEP)
-    calls = o["calls"]
-    if type(calls) is not list:
-        raise _GiveUp("calls is not an array")
+    calls = _array(o["calls"], _call)
     scheduling = o.get("scheduling", _ABSENT)
     return ToolStep(id=_str(o["id"]), source=_str(o["source"]),
-                    calls=tuple([_call(c) for c in calls]),
+                    calls=calls,
                     scheduling=(_DEFAULT_SCHEDULING if scheduling is _ABSENT
                                 else _scheduling(scheduling)))
 
@@ -307,12 +315,7 @@ def _tool_spec(value: object) -> ToolSpec:
 def _model_step(value: object) -> ModelStep:
     o = _object(value, _K_MODEL)
     get = o.get
-    tools = get("tools", _ABSENT)
-    specs: tuple[ToolSpec, ...] = ()
-    if tools is not _ABSENT:
-        if type(tools) is not list:
-            raise _GiveUp("tools is not an array")
-        specs = tuple([_tool_spec(t) for t in tools])
+    specs = _array(get("tools", _ABSENT), _tool_spec)
     return ModelStep(id=_str(o["id"]), model=_str(o["model"]),
                      request_digest=_digest(o["requestDigest"]), tools=specs,
                      status=_STEP_STATUS[o["status"]], effect=_str(get("effect", "")),
@@ -355,12 +358,7 @@ def _run_result(value: object) -> RunResult:
 def _machine_state(value: object) -> MachineState:
     o = _object(value, _K_STATE)
     get = o.get
-    inputs = get("pendingInputs", _ABSENT)
-    pending: tuple[AgentInput, ...] = ()
-    if inputs is not _ABSENT:
-        if type(inputs) is not list:
-            raise _GiveUp("pendingInputs is not an array")
-        pending = tuple([_agent_input(i) for i in inputs])
+    pending = _array(get("pendingInputs", _ABSENT), _agent_input)
     last = get("lastToolStep")
     result = get("result")
     usage = get("usage", _ABSENT)
