@@ -202,12 +202,26 @@ def read_front_matter(text: str, *, source: str = "SKILL.md") -> dict[str, Any]:
     raise ValueError("front-matter is not closed")
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+def _mapping(ref: str, key: str, value: Any) -> Mapping[str, Any]:
+    """*value* of front-matter *key*: absent (None) is ``{}``; anything but a mapping is
+    refused (a list would hide ``catalog.role`` from the eligibility check)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _refuse(ref, f"SKILL.md front-matter {key} must be a mapping, got "
+                      f"{type(value).__name__}", "ineligible")
+    return value
 
 
-def _optional_str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+def _optional_str(ref: str, key: str, value: Any) -> str | None:
+    """*value* of *key*: absent, null or ``""`` is None; a string is itself; anything
+    else is refused (``role: [graph_stage]`` must not pass as "no role")."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _refuse(ref, f"SKILL.md front-matter {key} must be a string, got "
+                      f"{type(value).__name__}", "ineligible")
+    return value
 
 
 def context_data(root: Path, skill: ContextSkill) -> dict[str, Any]:
@@ -215,8 +229,9 @@ def context_data(root: Path, skill: ContextSkill) -> dict[str, Any]:
 
     Raises:
         ContextRefError: unreadable or non-UTF-8 ``SKILL.md``, bad front-matter, an empty
-            ``name`` or ``description``, a forbidden ``catalog.role``, or an ``internal``
-            skill whose role is not ``context``.
+            ``name`` or ``description``, a ``catalog`` / ``runx`` that is not a mapping or
+            a ``role`` / ``visibility`` / ``category`` that is not a string, a forbidden
+            ``catalog.role``, or an ``internal`` skill whose role is not ``context``.
     """
     base = root.resolve()
     ref = skill.ref
@@ -232,11 +247,12 @@ def context_data(root: Path, skill: ContextSkill) -> dict[str, Any]:
     if not isinstance(description, str) or not description.strip():
         raise _refuse(ref, "SKILL.md front-matter needs a non-empty description",
                       "ineligible")
-    catalog = _mapping(front.get("catalog"))
-    runx = _mapping(front.get("runx"))
-    role = _optional_str(catalog.get("role"))
-    visibility = _optional_str(catalog.get("visibility")) or "public"
-    category = _optional_str(catalog.get("category")) or _optional_str(runx.get("category"))
+    catalog = _mapping(ref, "catalog", front.get("catalog"))
+    runx = _mapping(ref, "runx", front.get("runx"))
+    role = _optional_str(ref, "catalog.role", catalog.get("role"))
+    visibility = _optional_str(ref, "catalog.visibility", catalog.get("visibility")) or "public"
+    category = (_optional_str(ref, "catalog.category", catalog.get("category"))
+                or _optional_str(ref, "runx.category", runx.get("category")))
     if role in _FORBIDDEN_ROLES:
         raise _refuse(ref, f"a skill with catalog.role {role} cannot be context",
                       "ineligible")

@@ -102,6 +102,15 @@ def _ints(value: Any) -> Any:
     return value
 
 
+def _check_id(run_id: object) -> None:
+    """Raise ValidationError unless *run_id* is a string (a number or None is a caller's
+    mistake, named as such — not a TypeError from deep inside a store; RUN-WIR-1). A
+    string no Run can carry is answered by the lookup itself (RunNotFoundError)."""
+    if not isinstance(run_id, str):
+        raise ValidationError(f"run id must be a string, not {type(run_id).__name__}",
+                              value=repr(run_id)[:64])
+
+
 def _check_inputs(texts: object) -> None:
     """Raise ValidationError unless *texts* is a sequence (not a string) of texts and
     AgentInputs (APP-NEW-1): a bare string would be taken letter by letter."""
@@ -593,6 +602,7 @@ class Runtime:
         RuntimeClosedError.
         """
         self._open()
+        _check_id(run_id)
         handle = self.runtime.run(run_id, settings=settings)
         result = await handle.drive(builder or self.builder, sink=sink)
         return await self._complete(run_id, result)
@@ -608,6 +618,7 @@ class Runtime:
         :meth:`waiting`). Raises RunAlreadyRunningError, RuntimeClosedError.
         """
         self._open()
+        _check_id(run_id)
         handle = self.runtime.run(run_id, settings=settings)
         return await handle.start_drive(builder or self.builder, sink=sink)
 
@@ -623,6 +634,7 @@ class Runtime:
     async def answer(self, run_id: RunID) -> Answer | None:
         """The Run's answer so far: its last completed model step (APP-RES-1); None when
         no model step completed. Raises RunNotFoundError."""
+        _check_id(run_id)
         return await read_answer(self.writer, self.store.frozen, run_id)
 
     async def transcript(self, run_id: RunID) -> list[dict[str, Any]]:
@@ -631,6 +643,7 @@ class Runtime:
         (``content`` is the JSON the tool returned or the answer given; ``error`` is
         ``{"class", "message"}`` for a failed call). No system message. Raises
         RunNotFoundError."""
+        _check_id(run_id)
         model = getattr(self.builder, "model", "")
         return await TranscriptBuilder(self.writer, self.store.frozen, model).messages(run_id)
 
@@ -643,6 +656,7 @@ class Runtime:
         nothing written), RuntimeClosedError.
         """
         self._open()
+        _check_id(run_id)
         _check_inputs(texts)
         if not texts:
             raise ValidationError("accept_input needs at least one input", run_id=run_id)
@@ -656,6 +670,7 @@ class Runtime:
     async def waiting(self, run_id: RunID) -> tuple[WaitingCall, ...]:
         """The calls *run_id* waits for now (APP-RES-2), in call order; () if none.
         Raises RunNotFoundError."""
+        _check_id(run_id)
         return waiting_for((await self.snapshot(run_id)).state)
 
     async def _request(self, run_id: RunID, call_id: str) -> ResponseRequest:
@@ -678,6 +693,7 @@ class Runtime:
         OwnershipLostError, RuntimeClosedError; nothing is written then.
         """
         self._open()
+        _check_id(run_id)
         request = await self._request(run_id, call_id)
         return await self._respond(request, await approve(self.run_store, request))
 
@@ -686,6 +702,7 @@ class Runtime:
         approval, ``response_rejected`` for a response) and the model sees the failure
         (RUN-MCH-4). Raises as :meth:`approve`."""
         self._open()
+        _check_id(run_id)
         request = await self._request(run_id, call_id)
         return await self._respond(request, await reject(self.run_store, request, reason))
 
@@ -695,6 +712,7 @@ class Runtime:
         it as the call's output (RUN-MCH-4). Raises CanonicalJSONError (not JSON, or
         nested deeper than 64 levels; nothing written), else as :meth:`approve`."""
         self._open()
+        _check_id(run_id)
         request = await self._request(run_id, call_id)
         return await self._respond(request, await answer(self.run_store, request, payload))
 
@@ -706,6 +724,10 @@ class Runtime:
         idle Run ends at once. Raises RunTerminalError (already ended), RunNotFoundError,
         OwnershipLostError, RuntimeClosedError."""
         self._open()
+        _check_id(run_id)
+        if not isinstance(request_id, str):
+            raise ValidationError(f"request id must be a string, not "
+                                  f"{type(request_id).__name__}", run_id=run_id)
         command_id = f"cancel:{request_id or run_id}"
         result: CommitResult = await self.runtime.cancel_run(run_id, command_id)
         self._notify(run_id, command_id, result)
@@ -715,12 +737,14 @@ class Runtime:
         """The Run's state from this writer's in-memory projection (cheap; ended Runs are
         read from the store; RUN-CMT-2 says :meth:`record` is the authority). Raises
         RunNotFoundError."""
+        _check_id(run_id)
         return await self.run_store.load(run_id)
 
     async def record(self, run_id: RunID) -> Snapshot:
         """The Run's state folded from its log: the authoritative read (RUN-CMT-2); also
         checks the projection agrees (ProjectionDivergenceError). Raises
         RunNotFoundError, CorruptRecordError."""
+        _check_id(run_id)
         return await self.writer.record(run_id)
 
     def events(self, run_id: RunID | None = None, *, since: int = 0) -> AsyncIterator[Event]:
@@ -739,22 +763,30 @@ class Runtime:
 
         Raises, at the call: ValidationError for a *run_id* that is not a valid name
         (RUN-WIR-1, ``validate_name``: no Run can carry it, so its stream would never
-        start) or a *since* that is not a position (an int ≥ 0).
+        start) or a *since* that is not a position (an int ≥ 0), or is given without a
+        *run_id*. A *since* past the log's end yields nothing of the history; an ended
+        Run's RUN_FINISHED event still carries the ``run_ended`` fact's position.
         """
-        if run_id is None:
-            return self.runtime.hub.subscribe(None)
-        validate_name(run_id, "run id")
         if type(since) is not int or since < 0:
             raise ValidationError(f"since must be a log position (an int >= 0), not "
                                   f"{since!r}", run_id=run_id)
+        if run_id is None:
+            if since:
+                raise ValidationError("since is a position in one Run's log: give a run "
+                                      "id with it")
+            return self.runtime.hub.subscribe(None)
+        validate_name(run_id, "run id")
         return self._run_events(run_id, since)
 
-    async def _log_commits(self, run_id: RunID, start: int) -> tuple[list[Event], bool]:
+    async def _log_commits(self, run_id: RunID, start: int
+                           ) -> tuple[list[Event], bool, int]:
+        """The commits of *run_id*'s log from position *start*, whether it ended, and the
+        log's length."""
         try:
             facts = await self.writer.run_facts(run_id)
             records = await self.writer.read_stream(f"run/{run_id}")
         except RunNotFoundError:
-            return [], False
+            return [], False, 0
         commit_of = {r.index: r.commit_id for r in records}
         out: list[Event] = []
         group: list[Any] = []
@@ -769,7 +801,7 @@ class Runtime:
         if group:
             out.append(self._fact_event(run_id, out_cid, first, group))
         ended = bool(facts) and isinstance(facts[-1], F.RunEnded)
-        return out, ended
+        return out, ended, len(facts)
 
     def _fact_event(self, run_id: RunID, cid: str, first: int, facts: list[Any]) -> Event:
         return Event(kind=EventKind.AGENT_COMMITTED, durability=Durability.COMMITTED,
@@ -782,14 +814,15 @@ class Runtime:
         try:
             position = since
             while True:
-                events, ended = await self._log_commits(run_id, position)
+                events, ended, length = await self._log_commits(run_id, position)
                 for event in events:
                     position = event.position + len(event.committed)
                     yield event
                 if ended:
+                    # the run_ended fact's position, whatever *since* was (past the end)
                     state = (await self.writer.record(run_id)).state
                     yield Event(kind=EventKind.RUN_FINISHED, durability=Durability.COMMITTED,
-                                session=self.scope, run_id=run_id, position=position - 1,
+                                session=self.scope, run_id=run_id, position=length - 1,
                                 payload=_result_json(state))
                     return
                 while True:

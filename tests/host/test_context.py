@@ -131,6 +131,24 @@ def test_context_ref_rules(tmp_path: Path) -> None:
     assert skill.skill_md == SKILL
 
 
+@pytest.mark.parametrize("front", [
+    "catalog: {role: [graph_stage]}",        # a list hid the forbidden role (admitted)
+    "catalog: [role, graph_stage]",          # a list catalog read as no catalog
+    "catalog: {visibility: [internal], role: tool}",  # read as public
+    "catalog: {role: 7}",
+    "runx: [category]",
+])
+def test_a_catalog_field_of_another_type_is_refused(tmp_path: Path, front: str) -> None:
+    """The verifier's find (F17's pattern in a context skill): a wrong-typed catalog
+    field was read as absent, so ``role: [graph_stage]`` passed the eligibility check."""
+    root = with_refs(tmp_path, ["./context/odd"], "pkg-odd")
+    add_skill(root, "context/odd", f"name: odd\ndescription: d\n{front}")
+    with pytest.raises(ContextRefError) as caught:
+        load_package(root)
+    assert caught.value.reason == "ineligible", caught.value
+    assert "must be a" in str(caught.value)
+
+
 async def test_context_refs_refused_before_any_run(tmp_path: Path) -> None:
     env = make_env(tmp_path)
     root = with_refs(tmp_path, ["../x"], "pkg-bad")

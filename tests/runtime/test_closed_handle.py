@@ -126,3 +126,41 @@ async def test_events_since_must_be_a_position(since: Any) -> None:
         first = await stream.__anext__()
         assert first.position == 1
         await stream.aclose()
+
+
+async def test_events_since_is_checked_for_every_stream_and_finish_has_a_real_position(
+        ) -> None:
+    """The verifier's find: ``events(None, since=-1)`` was not checked, and a *since*
+    past the end of an ended Run gave RUN_FINISHED at position since-1, which no fact
+    has."""
+    async with open_local_executor(models={"m": _model()}, tools=[]) as ex, \
+            open_runtime(MemoryStore(), ex, scope="s", model="m") as rt:
+        for since in (-1, 3, True):
+            with pytest.raises(ValidationError):
+                rt.events(None, since=since)
+        await rt.create_run("r", ["x"])
+        await rt.cancel("r")
+        last = (await rt.record("r")).position
+        for since in (0, last, last + 1, 10**30):
+            events = [e async for e in rt.events("r", since=since)]
+            assert events[-1].kind.value == "run_finished"
+            assert events[-1].position == last, (since, events[-1].position)
+
+
+async def test_a_run_id_that_is_not_a_string_is_a_validation_error_everywhere() -> None:
+    """The verifier's find: a number as the run id of a lookup or a command was a raw
+    TypeError from deep inside the store; ``cancel("r", 5)`` was accepted."""
+    async with open_local_executor(models={"m": _model()}) as ex, \
+            open_runtime(MemoryStore(), ex, scope="s", model="m") as rt:
+        await rt.create_run("r", ["x"])
+        calls: list[Any] = [
+            lambda: rt.snapshot(5), lambda: rt.record(5), lambda: rt.answer(5),
+            lambda: rt.transcript(5), lambda: rt.waiting(5), lambda: rt.drive(5),
+            lambda: rt.start_drive(5), lambda: rt.accept_input(5, "x"),
+            lambda: rt.approve(None), lambda: rt.reject(5), lambda: rt.respond(5, "c", 1),
+            lambda: rt.cancel(5), lambda: rt.cancel("r", 5),  # type: ignore[arg-type]
+        ]
+        for call in calls:
+            with pytest.raises(ValidationError):
+                await call()
+        assert (await rt.record("r")).state.status.value == "active"  # nothing written
