@@ -356,7 +356,8 @@ def python_tool(fn: Callable[..., Any], *, ref: ToolRef, name: str | None = None
     value that is not JSON, or an integer too large for a double (``10**400``) fails the
     call with class ``internal``; an integer past ±(2^53−1) is kept as the nearest double
     (D-11). An exception *fn* raises — ``SystemExit`` and other BaseExceptions included,
-    but not ``KeyboardInterrupt`` — fails only that call (UNKNOWN: ``effect_unknown``;
+    but not ``KeyboardInterrupt`` nor ``GeneratorExit``, which stop the process — fails
+    only that call (UNKNOWN: ``effect_unknown``;
     RUN-ACT-1).
 
     Raises:
