@@ -53,6 +53,7 @@ import tempfile
 import time
 import tracemalloc
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -535,33 +536,13 @@ async def resume_time(n: int, workdir: str, profile: str = "", rounds: int = 1,
 
                 profiler = cProfile.Profile()
                 profiler.enable()
-            gc_time = _GcTimer()
-            start = time.perf_counter()
-            cpu_start = time.process_time()
-            async with open_sqlite_store(path) as store, \
-                    open_runtime(store, ex, scope="resume", builder=BodyBuilder(tool),
-                                 settings=settings) as rt:
-                opened = time.perf_counter()
-                cpu_opened = time.process_time()
-                watcher = rt.runtime.watcher
-                while watcher.statistics().keys < n:
-                    await trio.sleep(0)
-                await trio.testing.wait_all_tasks_blocked()
-                resumed = time.perf_counter()
-                cpu_resumed = time.process_time()
-                gc_time.stop()
+            def stop_profile(profiler: Any = profiler) -> None:
                 if profiler is not None:
                     profiler.disable()
                     profiler.dump_stats(profile)
-                stats = watcher.statistics()
-                results.append({
-                    "active": len(rt.writer.projection()), "watched_keys": stats.keys,
-                    "recovery_commits": rt.recovered, "open_seconds": opened - start,
-                    "resume_seconds": resumed - start,
-                    "open_cpu_seconds": cpu_opened - cpu_start,
-                    "resume_cpu_seconds": cpu_resumed - cpu_start,
-                    "gc_seconds": gc_time.seconds, "gc_collections": gc_time.collections,
-                    "gc_frozen": frozen, "process": "same"})
+
+            timed = await _timed_restart(path, ex, tool, settings, n, stop_profile)
+            results.append({**timed, "gc_frozen": frozen, "process": "same"})
             gc.unfreeze()
         gate.set()
     # cpu: this process's CPU time (every thread, the SQLite writer included), which a
@@ -624,7 +605,6 @@ async def fresh_restart(n: int, path: str, handover: str) -> dict[str, Any]:
     """The timed part of ``resume_time`` in this (fresh) process: open the store
     written by the parent's set-up and a runtime against a :class:`HandedOverExecutor`
     built from *handover* (untimed), until every one of *n* active Runs is resumed."""
-    from runx_actors.store.sqlite import open_sqlite_store
 
     with open(handover) as f:
         given = json.load(f)
@@ -633,6 +613,21 @@ async def fresh_restart(n: int, path: str, handover: str) -> dict[str, Any]:
     tool = python_tool(_noop, ref="noop")
     settings = Settings(settle_timeout=3600.0)
     heap_before = len(gc.get_objects())
+    timed = await _timed_restart(path, ex, tool, settings, n)
+    return {**timed, "gc_frozen": False, "process": "fresh",
+            "gc_tracked_before": heap_before, "gc_tracked_after": len(gc.get_objects())}
+
+
+async def _timed_restart(path: str, ex: Any, tool: Any, settings: Settings, n: int,
+                         on_resumed: Callable[[], None] | None = None) -> dict[str, Any]:
+    """The timed part of a restart, the same in both ``--resume-process`` modes: open
+    the SQLite store and the runtime, until the Watcher has registered every one of the
+    *n* kept keys and every task is blocked. *on_resumed* runs right after the clock
+    stops (the profiler's end). Returns the figures: open and resume seconds (wall and
+    this process's CPU), the collector's time and collections, and what the open found
+    (active Runs, watched keys, recovery commits)."""
+    from runx_actors.store.sqlite import open_sqlite_store
+
     gc_time = _GcTimer()
     start = time.perf_counter()
     cpu_start = time.process_time()
@@ -648,14 +643,15 @@ async def fresh_restart(n: int, path: str, handover: str) -> dict[str, Any]:
         resumed = time.perf_counter()
         cpu_resumed = time.process_time()
         gc_time.stop()
+        if on_resumed is not None:
+            on_resumed()
         stats = watcher.statistics()
         return {"active": len(rt.writer.projection()), "watched_keys": stats.keys,
                 "recovery_commits": rt.recovered, "open_seconds": opened - start,
-                "resume_seconds": resumed - start, "open_cpu_seconds": cpu_opened - cpu_start,
+                "resume_seconds": resumed - start,
+                "open_cpu_seconds": cpu_opened - cpu_start,
                 "resume_cpu_seconds": cpu_resumed - cpu_start,
-                "gc_seconds": gc_time.seconds, "gc_collections": gc_time.collections,
-                "gc_frozen": False, "process": "fresh",
-                "gc_tracked_before": heap_before, "gc_tracked_after": len(gc.get_objects())}
+                "gc_seconds": gc_time.seconds, "gc_collections": gc_time.collections}
 
 
 def _parked(rt: Any) -> int:

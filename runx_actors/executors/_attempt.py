@@ -72,9 +72,7 @@ async def run_model(model: Model, request: ModelRequest, emit: ModelEmit,
         if note_retry_after is not None and isinstance(asked, int | float):
             note_retry_after(float(asked))
         return ModelFailed(error.code, error.message)
-    except Exception as error:
-        return ModelFailed(FailureCode.EXECUTOR_ERROR, f"{type(error).__name__}: {error}")
-    except BaseException as error:
+    except BaseException as error:  # an Exception, or SystemExit & co. (RUN-ACT-1)
         if stops_the_process(error):
             raise
         return ModelFailed(FailureCode.EXECUTOR_ERROR, f"{type(error).__name__}: {error}")
@@ -134,15 +132,12 @@ async def run_tool(found: Tool, assignment: Assignment, arguments: str,
         return ToolExecutionFailed(error.to_failure(), error.retry)
     except ToolUnknownError as error:
         return ToolExecutionUnknown(error.to_failure())
-    except Exception as error:  # unexpected: the effect may or may not have happened
-        return ToolExecutionUnknown(ToolFailure(
-            ToolFailureClass.EXECUTION_FAILED, f"{type(error).__name__}: {error}"))
     except BaseException as error:
         if stops_the_process(error):
             raise
-        # SystemExit (a wrapped CLI's ``sys.exit``, argparse's error path) or another
-        # BaseException of the tool's code is that call's failure, never the process's
-        # nor another Run's (RUN-ACT-1): the effect may or may not have happened
+        # unexpected — an Exception, or SystemExit (a wrapped CLI's ``sys.exit``) or
+        # another BaseException of the tool's code: that call's failure, never the
+        # process's nor another Run's (RUN-ACT-1); the effect may or may not have happened
         return ToolExecutionUnknown(ToolFailure(
             ToolFailureClass.EXECUTION_FAILED, f"{type(error).__name__}: {error}"))
     if limit is not None and limit.cancelled_caught:

@@ -29,7 +29,6 @@ import attrs
 import trio
 
 from ..protocol import facts as F
-from ..protocol.canonical import MAX_SAFE_INTEGER
 from ..protocol.commit import CommitStatus
 from ..protocol.errors import RunTerminalError
 from ..protocol.values import RunStatus
@@ -228,8 +227,9 @@ def projection(turns: Sequence[TurnSummary]) -> dict[str, Any]:
 
 def check_max_turns(value: Any) -> None:
     """Raise InputContractError (``field="max_turns"``) unless *value* is a positive
-    integer (an integral float such as ``3.0`` is accepted, as §3.2 normalises it) of at
-    most 2^53−1. Checked before any loop fact is written (§2.3).
+    integer (an integral float such as ``3.0`` is accepted, as §3.2 normalises it).
+    Checked before any loop fact is written (§2.3); the input contract, checked next,
+    refuses a number past ±(2^53−1), as it does for every number input.
 
     The budget is the host's own counter (§2.4 row 4, ``n == max_turns``): 0, -1 or 2.5
     never equal a turn number, so the loop would run a governed turn — a model effect —
@@ -239,9 +239,6 @@ def check_max_turns(value: Any) -> None:
     A non-number is left to the input contract (``max_turns: number``)."""
     if not isinstance(value, int | float) or isinstance(value, bool):
         return
-    if abs(value) > MAX_SAFE_INTEGER:
-        raise InputContractError(f"input_contract_invalid: max_turns must be at most "
-                                 f"{MAX_SAFE_INTEGER}, not {value!r}", field="max_turns")
     if not (value >= 1 and float(value).is_integer()):
         raise InputContractError(f"input_contract_invalid: max_turns must be a positive "
                                  f"integer (the host counts turns against it), not "

@@ -143,6 +143,8 @@ class EventHub:
         self._closed = False
 
     def emit(self, event: Event) -> None:
+        """Queue *event* for every subscription to its Run (or to every Run); never blocks
+        (provisional events past the limit are dropped, APP-EVT-1)."""
         for sub in tuple(self._subs):
             if sub.run_id is None or sub.run_id == event.run_id:
                 sub.push(event)
@@ -152,6 +154,7 @@ class EventHub:
         return any(s.run_id is None or s.run_id == run_id for s in self._subs)
 
     def close(self) -> None:
+        """End every subscription: readers drain what is queued, then their iterators end."""
         self._closed = True
         for sub in self._subs:
             sub.closed = True
@@ -166,6 +169,7 @@ class EventHub:
         return sub
 
     def detach(self, sub: _Subscription) -> None:
+        """Remove *sub* (from :meth:`attach`); idempotent."""
         self._subs.discard(sub)
 
     async def subscribe(self, run_id: RunID | None = None) -> AsyncIterator[Event]:
@@ -185,6 +189,8 @@ class _Tee:
         self.sinks = tuple(s for s in sinks if s is not None)
 
     def emit(self, event: Event) -> None:
+        """Give *event* to each sink in turn (``safe_emit``: a raising sink is logged and
+        the others still get it)."""
         for s in self.sinks:
             safe_emit(s, event)
 

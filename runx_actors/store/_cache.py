@@ -73,16 +73,22 @@ def encode_state(state: MachineState) -> bytes:
     return CACHE_FORMAT + text.encode("utf-8")
 
 
+def _entry(data: Any) -> bytes | None:
+    """*data* as the bytes of a ``c1:`` entry, or None: a cell that is not bytes (a TEXT
+    value written into the BLOB column by hand) or of another format is no entry."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        return None
+    raw = bytes(data)
+    return raw if raw.startswith(CACHE_FORMAT) else None
+
+
 def decode_state(data: Any) -> MachineState | None:
     """Decode a cache entry (bytes-like); None if it is not in a form this build reads.
 
     Same answer as :func:`decode_state_strict` for every input (RUN-CMT-2); the fast
-    decoder of the cache's shape is tried first. A cell that is not bytes (a TEXT value
-    written into the BLOB column by hand) is not in that form. Raises nothing."""
-    if not isinstance(data, bytes | bytearray | memoryview):
-        return None
-    raw = bytes(data)
-    if not raw.startswith(CACHE_FORMAT):
+    decoder of the cache's shape is tried first. Raises nothing."""
+    raw = _entry(data)
+    if raw is None:
         return None
     try:
         return fast_decode(raw)
@@ -93,10 +99,8 @@ def decode_state(data: Any) -> MachineState | None:
 def decode_state_strict(data: Any) -> MachineState | None:
     """The reference decode: ``json.loads`` and the strict protocol codec
     (``decode_value(MachineState, …)``); None on any failure. Raises nothing."""
-    if not isinstance(data, bytes | bytearray | memoryview):
-        return None
-    raw = bytes(data)
-    if not raw.startswith(CACHE_FORMAT):
+    raw = _entry(data)
+    if raw is None:
         return None
     try:
         return decode_value(MachineState, json.loads(raw[len(CACHE_FORMAT):]))

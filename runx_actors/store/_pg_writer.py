@@ -84,6 +84,8 @@ class PgWriterState(WriterStateBase):
         self.chain_heads: dict[str, tuple[int, bytes]] = {}
 
     def apply(self, changes: Sequence[Change]) -> None:
+        """Apply a committed transaction's ``(run_id, snapshot)`` changes to the writer's
+        projection (RUN-CMT-2), after the commit is durable."""
         for run_id, snap in changes:
             if snap is None:
                 self.projection.active.pop(run_id, None)
@@ -157,6 +159,8 @@ class Job(JobBase[T]):
     run_id: RunID | None = None
 
     def run(self, tx: _Tx) -> tuple[T, Sequence[Change]]:
+        """Do the job inside transaction *tx*: its result and the projection changes to
+        apply once *tx* commits. Raises what the job refuses (nothing is then written)."""
         raise NotImplementedError
 
 
@@ -176,6 +180,7 @@ class CommitJob(Job[CommitResult]):
         self.run_id = request.envelope.run_id
 
     def run(self, tx: _Tx) -> tuple[CommitResult, Sequence[Change]]:
+        """See :meth:`Job.run`."""
         request, run_id = self.request, self.request.envelope.run_id
         for digest, data in self.bodies:
             log.frozen_put(tx.conn, digest, data)
@@ -223,6 +228,7 @@ class BatchJob(Job[BatchResult]):
         self.run_id = self.requests[0].envelope.run_id
 
     def run(self, tx: _Tx) -> tuple[BatchResult, Sequence[Change]]:
+        """See :meth:`Job.run`."""
         run_id = self.requests[0].envelope.run_id
         before = tx.active(run_id)
         decisions, error = evaluate_batch(_View(tx), self.requests, scope=tx.scope)
@@ -252,6 +258,7 @@ class CreateJob(Job[CommitResult]):
         self.run_id = new_run.run_id
 
     def run(self, tx: _Tx) -> tuple[CommitResult, Sequence[Change]]:
+        """See :meth:`Job.run`."""
         run_id = self.new_run.run_id
         if not self.commit_id:
             raise ValidationError("create_run needs a commit id")
@@ -284,6 +291,7 @@ class AppendJob(Job[CommitStatus]):
         self.events = tuple(events)
 
     def run(self, tx: _Tx) -> tuple[CommitStatus, Sequence[Change]]:
+        """See :meth:`Job.run`."""
         if not self.commit_id:
             raise ValidationError("append_events needs a commit id")
         if log.commit_exists(tx.conn, tx.scope, self.commit_id):

@@ -62,6 +62,8 @@ class WriterState(WriterStateBase):
         self.lock = threading.Lock()
 
     def apply(self, run_id: RunID, snapshot: Snapshot) -> None:
+        """Set *run_id*'s snapshot in the writer's projection (under its lock), after the
+        group that changed it is durable (RUN-CMT-2)."""
         with self.lock:
             self.projection.apply(run_id, snapshot)
 
@@ -104,6 +106,8 @@ class Plan:
         self.changes: list[Change] = []
 
     def merge(self, other: Plan) -> None:
+        """Add *other*'s frozen bodies and rows to this plan (one transaction for a group
+        of jobs, RUN-CMT-9); bodies already present are kept."""
         for digest, data in other.frozen.items():
             self.frozen.setdefault(digest, data)
         self.commits += other.commits
@@ -197,12 +201,16 @@ class GroupTx:
     # -- reads through the overlay -----------------------------------------------------
 
     def active(self, ws: WriterState, run_id: RunID) -> Snapshot | None:
+        """*run_id*'s snapshot as this group sees it: an earlier job's change, else the
+        writer's projection; None when the Run is not active."""
         snap = self.overlay.get((id(ws), run_id))
         if snap is not None:
             return snap if snap.state.status is RunStatus.ACTIVE else None
         return ws.projection.active.get(run_id)
 
     def load(self, ws: WriterState, run_id: RunID) -> Snapshot:
+        """As :meth:`active`, else the Run folded from its log (an ended Run). Raises
+        RunNotFoundError."""
         snap = self.overlay.get((id(ws), run_id))
         if snap is not None:
             return snap
@@ -212,6 +220,7 @@ class GroupTx:
         return log.record(self.conn, ws.scope, run_id)
 
     def stream_exists(self, ws: WriterState, run_id: RunID) -> bool:
+        """True when *run_id* exists: created earlier in this group, active, or in ``runs``."""
         if (id(ws), run_id) in self.overlay or run_id in ws.projection.active:
             return True
         key = (ws.scope, run_id)
@@ -229,6 +238,8 @@ class GroupTx:
         return row
 
     def commit_exists(self, scope: Scope, commit_id: str) -> bool:
+        """True when *commit_id* is in *scope*'s commit-id index or was appended earlier in
+        this group (RUN-CMT-3)."""
         return (scope, commit_id) in self.index or self._commit_row(scope, commit_id) is not None
 
     def replay_facts(self, scope: Scope, commit_id: str, run_id: RunID

@@ -566,9 +566,10 @@ async def test_damaged_cache_entry_is_refused_and_the_run_folded(
 @pytest.mark.parametrize("cell", ["text", "integer"])
 async def test_a_cache_cell_of_another_type_is_refused_and_the_run_folded(
         tmp_path: Path, cell: str) -> None:
-    """The helper's find: a cache cell holding TEXT (the entry's own characters) or an
-    integer instead of a BLOB crashed the open with TypeError; it is now not a cache
-    entry, and the Run is folded from its log."""
+    """The helper's find: a cache cell holding TEXT (the entry's own characters) instead
+    of a BLOB crashed the open with TypeError; it is now not a cache entry, and the Run
+    is folded from its log. (An integer cell was already no entry — ``bytes(7)`` is seven
+    NULs — and is pinned beside it; only the TEXT case fails without the fix.)"""
     path = tmp_path / "s.sqlite3"
     expected = await _cached_store(path)
     raw = _cache_rows(path)["run-b"]
