@@ -32,6 +32,7 @@ from runtime_harness import (
 
 from runx_actors import effect
 from runx_actors.executors import call_tools, reply, tool_call
+from runx_actors.protocol import facts as F
 from runx_actors.protocol.errors import SettleTimeoutError
 from runx_actors.protocol.state import ToolStep
 from runx_actors.protocol.values import RunStatus, ToolCallStatus
@@ -140,8 +141,8 @@ async def test_a_hung_send_times_out_after_its_own_deadline_and_is_acknowledged(
             timed_out = trio.current_time()
             assert isinstance(caught.value, trio.TooSlowError)
             state = await env.state()
-            model_effect = [f for f in await env.facts()
-                            if type(f).__name__ == "ModelStepStarted"][0].effect
+            model_effect = next(f.effect for f in await env.facts()
+                                if isinstance(f, F.ModelStepStarted))
     assert len(sent_at) == 1
     assert TIMEOUT <= timed_out - sent_at[0] < TIMEOUT + 1.0
     assert acked == [model_effect]  # the settled model outcome, acknowledged
