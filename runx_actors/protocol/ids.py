@@ -74,6 +74,19 @@ def _part(value: str | int) -> bytes:
     return str(len(data)).encode("ascii") + b":" + data
 
 
+#: The SHA-256 state after ``f(namespace)`` of every frozen namespace (issue 11): a derive
+#: in one of them copies it instead of hashing the namespace again. Never updated in place:
+#: :func:`derive` updates a ``.copy()``.
+_PREFIXES = {
+    namespace: hashlib.sha256(_part(namespace))
+    for namespace in (
+        NS_MODEL_REQUEST, NS_MODEL_STEP, NS_TOOL_CALL, NS_TOOL_STEP, NS_RESPONSE,
+        NS_RESPONSE_COMMAND, NS_INPUT_COMMAND, NS_WITHDRAW_COMMAND, NS_EFFECT,
+        NS_START_COMMAND, NS_SETTLEMENT_COMMAND, NS_RECOVERY_COMMAND, NS_DECLINE_COMMAND,
+    )
+}
+
+
 #: Derived ids kept by :func:`derive`'s cache: enough for the Runs a process advances at
 #: once (a hit saves one SHA-256); each entry costs ~350 bytes, so a cache sized for
 #: every Run would cost more per waiting Run than the Run itself (issue 11).
@@ -88,7 +101,8 @@ def derive(namespace: str, *parts: str | int) -> str:
     legal and contributes ``0:``. Raises ``UnicodeEncodeError`` for text that is not valid
     UTF-8 (lone surrogates) and ``ValueError`` for negative integers.
     """
-    h = hashlib.sha256(_part(namespace))
+    prefix = _PREFIXES.get(namespace)
+    h = prefix.copy() if prefix is not None else hashlib.sha256(_part(namespace))
     for p in parts:
         h.update(_part(p))
     return h.hexdigest()

@@ -16,6 +16,7 @@ transaction, each command under its own derived id) before dispatching what it s
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -168,6 +169,28 @@ class _Settling:
             raise SettleTooSlow("a start barrier or settlement exceeded settle_timeout "
                                 f"({self._timeout:g} s)") from None
         return handled
+
+    def section(self) -> contextlib.AbstractContextManager[Any]:
+        """Begin the next section of this (entered) scope with its own ``settle_timeout``
+        from now, as a fresh ``_Settling`` entered here would have; return the context
+        manager to run that section in.
+
+        Sections of one fused batch (its commit, each start's send, the acknowledgement)
+        share this scope instead of entering one each (issue 11): the deadline is moved
+        to ``now + timeout`` at each section's start. A scope whose deadline already
+        fired stays cancelled — trio cannot uncancel it — so then the section gets a
+        fresh ``_Settling`` of its own (its shield keeps this scope's cancellation out),
+        exactly what it had before the sections were merged.
+        """
+        scope = self._scope
+        if scope.cancel_called:
+            return _Settling(self._timeout)
+        scope.deadline = trio.current_time() + self._timeout
+        return _SAME_SCOPE
+
+
+#: The context of a section that runs in the enclosing ``_Settling`` (a no-op, reusable).
+_SAME_SCOPE: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
 
 
 async def _replaying_once(attempt: Callable[[], Awaitable[_T]]) -> _T | None:
@@ -763,20 +786,27 @@ class LoopContext:
             request = chain.requests[0]
             return await self._settle(chain.loaded, key, request.envelope.id,
                                       request.envelope.command, cur, tool_call, False)
-        with self._shield():
+        # one shielded scope for the whole batch; each section (the commit, each send,
+        # the acknowledgement) gets its own settle_timeout from its start (section())
+        settling = self._shield()
+        with settling:
             results = await self.commit_chain(chain)
-        if not results:
-            return LoopResult(disposition=LoopDisposition.DROPPED)  # D-6: no ack
-        self._completed(cur, tool_call, key, results[0].facts)
-        keys: list[Any] = []
-        self.in_batch = keys
-        try:
-            await self._send_starts(chain, results, keys)
-        except DispatchUnknownError:
-            self.in_batch = []  # its ``.dispatched`` carries the keys sent (D-4)
-            raise
-        finally:
-            with self._shield():
+            if not results:
+                return LoopResult(disposition=LoopDisposition.DROPPED)  # D-6: no ack
+            self._completed(cur, tool_call, key, results[0].facts)
+            keys: list[Any] = []
+            self.in_batch = keys
+            try:
+                await self._send_starts(chain, results, keys, settling)
+            except BaseException as exc:
+                if isinstance(exc, DispatchUnknownError):
+                    self.in_batch = []  # its ``.dispatched`` carries the keys sent (D-4)
+                # acknowledged whatever the sends raised — in a fresh section of its own:
+                # this scope may be the one whose deadline fired
+                with self._shield():
+                    await self._acknowledge(key)
+                raise
+            with settling.section():
                 await self._acknowledge(key)
         latest = results[-1].snapshot
         if latest.state.status is not RunStatus.ACTIVE:
@@ -784,9 +814,10 @@ class LoopContext:
         return LoopResult(disposition=LoopDisposition.DELIVERED, dispatched=tuple(keys))
 
     async def _send_starts(self, chain: _Chain, results: tuple[CommitResult, ...],
-                           keys: list[Any]) -> None:
+                           keys: list[Any], settling: _Settling) -> None:
         """Dispatch every start of *chain* that *results* committed, in order; the keys
-        sent go to *keys*. Errors as ``_start_tool`` / ``_start_model``; a tool dispatch
+        sent go to *keys*; each send is a section of *settling* (its own settle_timeout).
+        Errors as ``_start_tool`` / ``_start_model``; a tool dispatch
         whose outcome is unknown does not stop the others (they are started already):
         DispatchUnknownError is raised after them, ``.dispatched`` = the keys sent."""
         unknown: DispatchUnknownError | None = None
@@ -794,7 +825,7 @@ class LoopContext:
             if start.index >= len(results):
                 break  # refused: it and what follows wrote nothing
             started = results[start.index].snapshot
-            with self._shield():
+            with settling.section():
                 if start.model is not None:
                     sent = await self._send_model(started, start.model, start.effect,
                                                   start.assignment)

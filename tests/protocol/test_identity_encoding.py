@@ -135,6 +135,59 @@ def test_derive_stability() -> None:
     assert _independent_namespaced_hash(ns, "ab", "c") == ids.derive(ns, "ab", "c")
 
 
+FROZEN_NAMESPACES = (
+    ids.NS_MODEL_REQUEST, ids.NS_MODEL_STEP, ids.NS_TOOL_CALL, ids.NS_TOOL_STEP,
+    ids.NS_RESPONSE, ids.NS_RESPONSE_COMMAND, ids.NS_INPUT_COMMAND, ids.NS_WITHDRAW_COMMAND,
+    ids.NS_EFFECT, ids.NS_START_COMMAND, ids.NS_SETTLEMENT_COMMAND, ids.NS_RECOVERY_COMMAND,
+    ids.NS_DECLINE_COMMAND,
+)
+
+
+class _NoHashing:
+    """A stand-in for ``hashlib`` whose ``sha256`` refuses to run."""
+
+    @staticmethod
+    def sha256(*_: object) -> Any:
+        raise AssertionError("hashed a namespace the prefix table holds")
+
+
+def test_frozen_namespaces_derive_from_their_precomputed_prefix(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """31 (issue 11): a derive in a frozen namespace copies the namespace's precomputed
+    SHA-256 state, so no namespace is hashed again — and the ids are still §3.2's, every
+    namespace and several parts, cache cleared, each twice (a prefix updated in place
+    would change the second); the prefixes themselves stay the state after f(namespace)."""
+    assert set(ids._PREFIXES) == set(FROZEN_NAMESPACES)
+    ids.derive.cache_clear()
+    monkeypatch.setattr(ids, "hashlib", _NoHashing)
+    for namespace in FROZEN_NAMESPACES:
+        for parts in (("run-1", 3), ("run-1", "step-1", "", 0), ()):
+            expected = _independent_namespaced_hash(namespace, *parts)
+            assert ids.derive(namespace, *parts) == expected, namespace
+            ids.derive.cache_clear()
+            assert ids.derive(namespace, *parts) == expected, namespace
+    for namespace, prefix in ids._PREFIXES.items():
+        assert prefix.hexdigest() == _independent_namespaced_hash(namespace), namespace
+    with pytest.raises(AssertionError, match="hashed a namespace"):
+        ids.derive("twilight/not-frozen", "x")  # any other namespace is hashed
+    ids.derive.cache_clear()
+
+
+def test_other_namespaces_are_hashed_as_before() -> None:
+    """31: a namespace outside the table (an empty one, an int, non-ASCII) derives by
+    §3.2; a bool namespace and a lone surrogate are refused as parts are."""
+    ids.derive.cache_clear()
+    for namespace in ("", "twilight/other", 7, "é/ns"):
+        assert ids.derive(namespace, "a", 1) == _independent_namespaced_hash(
+            namespace, "a", 1)  # type: ignore[arg-type]
+    ids.derive.cache_clear()
+    with pytest.raises(TypeError):
+        ids.derive(True, "a")  # type: ignore[arg-type]
+    with pytest.raises(UnicodeEncodeError):
+        ids.derive("\ud800", "a")
+    ids.derive.cache_clear()
+
+
 def test_derive_response_id_per_kind() -> None:
     """32: approval and external_response ResponseIDs differ for the same coordinates."""
     approval = ids.derive_response_id("run-1", "step-1", "call-1", "approval")
