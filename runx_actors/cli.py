@@ -186,8 +186,17 @@ def _json_requested(args: Sequence[str]) -> bool:
 def _echo_json_error(exc: BaseException, code: int, ctx: click.Context | None) -> None:
     from .host._cli_support import echo_error_json, unwrap
 
-    command = ctx.command_path.removeprefix("runx-actors").strip() if ctx else ""
+    command = _command_name(ctx)
     echo_error_json(command, unwrap(exc), code)
+
+
+def _command_name(ctx: click.Context | None) -> str:
+    """The command's name below the group (``runs list``), whatever the program's name."""
+    names: list[str] = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(names))
 
 
 def _check_utf8(args: Sequence[str]) -> None:
@@ -430,21 +439,24 @@ def _print_stats(
 def _report_model_error(
     exc: ModelCodeError, header: dict[str, Any], as_json: bool, describe: Any
 ) -> None:
+    """The model's own code raised (exit 70): with ``--json`` the one error object of
+    every command (``runx_actors._clierror.error_document``) with the check's header and
+    ``exception`` / ``where`` / ``trace`` (the trace reaching the state, or null); else
+    ``runx-actors: check: <message>``, the trace and the model's traceback on stderr."""
+    from ._clierror import error_document
+
     trace = getattr(exc, "trace", None)
+    hint = ("the model's own code raised (not the checker): fix the model; without --json "
+            "its traceback is printed")
     if as_json:
-        payload: dict[str, Any] = {
-            "ok": False,
-            **header,
-            "error": {
-                "type": type(exc.__cause__).__name__,
-                "where": getattr(exc, "where", None),
-                "message": exc.message,
-                "trace": None if trace is None else render_json(trace, describe),
-            },
-        }
+        payload = error_document(
+            "check", exc, EX_SOFTWARE, hint, **header,
+            exception=type(exc.__cause__).__name__, where=getattr(exc, "where", None),
+            trace=None if trace is None else render_json(trace, describe))
         click.echo(json.dumps(payload, indent=2))
         return
-    click.echo(f"error: {exc.message}", err=True)
+    click.echo(f"runx-actors: check: {_one_line(exc.message)}", err=True)
+    click.echo(f"hint: {hint}", err=True)
     if trace is not None:
         click.echo(render_text(trace, describe), err=True, nl=False)
     if exc.__cause__ is not None:

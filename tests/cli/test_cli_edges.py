@@ -265,3 +265,57 @@ def test_a_bad_size_override_gets_its_own_hint(tmp_path: Path,
     lines = result.stderr.splitlines()
     assert "RUNX_ACTORS_MAX_PACKAGE_MANIFEST_BYTES" in lines[0] and "'lots'" in lines[0]
     assert lines[1].startswith("hint: set the RUNX_ACTORS_MAX_<KIND>_BYTES variable")
+
+
+#: Every key of the one JSON error object (``runx_actors._clierror.error_document``).
+ERROR_KEYS = {"ok", "command", "error", "message", "hint", "exit_code"}
+
+
+def _json_error_cases(tmp: Path) -> dict[str, tuple[list[str], int, str, str]]:
+    """name -> (argv, exit code, command, error class) of a user-caused ``--json`` error
+    (the files are made by :func:`_json_error_files`)."""
+    missing = str(tmp / "nowhere")
+    return {
+        "harness: no such target": (["harness", missing], 1, "harness", "HarnessError"),
+        "harness: bad X.yaml": (["harness", str(tmp / "pkg")], 1, "harness", "HarnessError"),
+        "harness: no target": (["harness"], 64, "harness", "UsageError"),
+        "verify: no such directory": (["verify", "-R", missing], 1, "verify",
+                                      "ReceiptDirectoryNotFoundError"),
+        "verify: unknown receipt": (["verify", "sha256:" + "0" * 64, "-R", str(tmp / "empty")],
+                                    1, "verify", "ReceiptNotFoundError"),
+        "verify: not JSON": (["verify", "--receipt", str(tmp / "bad.json")], 1, "verify",
+                             "ReceiptInputError"),
+        "verify: no such file": (["verify", "--receipt", missing], 1, "verify",
+                                 "ReceiptInputError"),
+        "verify: --receipt with -R": (["verify", "--receipt", missing, "-R", missing], 64,
+                                      "verify", "UsageError"),
+        "check --log: no such store": (["check", "--log", missing + ".db"], 66, "check",
+                                       "LogUnreadableError"),
+        "runs list: no such store": (["runs", "list", "--store", missing], 1, "runs list",
+                                     "StoreMissingError"),
+    }
+
+
+def _json_error_files(tmp: Path) -> None:
+    (tmp / "bad.json").write_text("{")
+    (tmp / "pkg").mkdir()
+    (tmp / "pkg" / "X.yaml").write_text("name: [\n")
+    (tmp / "empty").mkdir()
+
+
+@pytest.mark.parametrize("case", sorted(_json_error_cases(Path("/nonexistent"))))
+def test_every_json_error_is_the_one_error_object(tmp_path: Path, case: str) -> None:
+    """RUN-CLI-2: a user-caused error under ``--json`` is exactly one JSON object on
+    stdout, of the one shape (``ERROR_KEYS``; harness, verify and ``check --log`` had
+    none or their own), with the process's exit code; the text stays on stderr."""
+    _json_error_files(tmp_path)
+    argv, code, command, error = _json_error_cases(tmp_path)[case]
+    result = cli(*argv, "--json", **SIGNING_ENV)
+    assert result.exit_code == code, result.output
+    doc = json_error(result)
+    assert ERROR_KEYS <= doc.keys(), doc
+    assert (doc["command"], doc["error"]) == (command, error), doc
+    assert (doc["hint"] or code == 64) and not doc["message"].startswith("runx-actors"), doc
+    if code != 64:
+        assert result.stderr.startswith("runx-actors: "), result.stderr
+    assert doc["message"] in " ".join(result.stderr.split()), (doc, result.stderr)
