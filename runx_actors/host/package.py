@@ -277,6 +277,15 @@ def _check_spec(root: Path, spec: PackageSpec) -> dict[tuple[str, str], tuple[Co
             if stray:
                 raise PackageError(f"runner {name}: approval_required names tools not in "
                                    f"tools: {stray}", path=where)
+            # the executor holds exactly the catalog (tools): an allowed tool outside it
+            # would pass the gate and fail every call tool_lookup_failed (§3.3)
+            stray = [t for t in runner.allowed_tools if t not in runner.tools]
+            if stray:
+                raise PackageError(
+                    f"runner {name}: allowed_tools names {', '.join(map(repr, stray))}, not "
+                    f"in its tools {list(runner.tools)}: a scripted-run runner can only "
+                    "call the tools its catalog offers", path=where,
+                    reason="allowed_tool_not_offered", tools=stray)
             continue
         if not runner.steps:
             raise PackageError(f"runner {name}: a graph needs at least one step", path=where)

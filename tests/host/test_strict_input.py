@@ -85,6 +85,56 @@ def test_a_list_field_given_a_mapping_or_a_string_is_refused(package: Path,
     assert "expected a list" in str(err), str(err)
 
 
+@pytest.mark.parametrize(("allowed", "stray"), [
+    ("[fs.read, fs.delete]", ["fs.delete"]),
+    ("[net.fetch, fs.read, shell.run]", ["net.fetch", "shell.run"]),
+])
+def test_allowed_tools_outside_the_catalog_are_refused(package: Path, tmp_path: Path,
+                                                        allowed: str,
+                                                        stray: list[str]) -> None:
+    """A scripted-run runner's executor holds exactly its ``tools``: an allowed tool that
+    is not among them passed the gate and failed every call ``tool_lookup_failed`` (after
+    the Run and its receipt were written). Refused at load, naming the tool; the CLI
+    exits 1 like every invalid package, writing nothing."""
+    text = _xyaml(package).read_text()
+    changed = text.replace("    allowed_tools: [fs.read]      # ALLOWED_TOOLS",
+                           f"    allowed_tools: {allowed}      # ALLOWED_TOOLS", 1)
+    assert changed != text
+    _xyaml(package).write_text(changed)
+    err = _load_error(package)
+    assert err.reason == "allowed_tool_not_offered" and err.attrs["tools"] == stray
+    assert all(repr(tool) in str(err) for tool in stray) and "runner turn" in str(err)
+
+    from click.testing import CliRunner
+
+    from runx_actors.cli import main
+
+    env = {"RUNX_RECEIPT_SIGN_KID": "runx-demo-key",
+           "RUNX_RECEIPT_SIGN_ED25519_SEED_BASE64": "QkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkI=",
+           "RUNX_RECEIPT_SIGN_ISSUER_TYPE": "hosted", "RUNX_CWD": str(package / "workspace"),
+           "RUNX_ACTORS_STORE": ""}
+    out = CliRunner().invoke(main, [
+        "skill", str(package), "--store", str(tmp_path / "store"), "-R",
+        str(tmp_path / "receipts"), "-i", "loop_id=l", "-i", "turn_index=1", "-i",
+        "max_turns=3", "-i", "objective=o", "-i", f"requested_tool={stray[0]}", "--json"],
+        env=env, catch_exceptions=False)
+    assert out.exit_code == 1, out.output
+    assert json.loads(out.stdout)["reason"] == "allowed_tool_not_offered"
+    assert out.stderr.startswith("runx-actors: skill: runner turn: allowed_tools names ")
+    assert not (tmp_path / "store").exists() and not (tmp_path / "receipts").exists()
+
+
+def test_a_graph_step_may_allow_tools_the_agent_provides(package: Path) -> None:
+    """A graph step's allowed_tools go to the agent's envelope (§6.4): its tools are the
+    agent's, not a catalog of the package, so they are not checked against one."""
+    text = _xyaml(package).read_text()
+    changed = text.replace("        allowed_tools: [fs.read]\n",
+                           "        allowed_tools: [fs.read, web.search]\n", 1)
+    assert changed != text
+    _xyaml(package).write_text(changed)
+    assert "web.search" in load_package(package).runner("context-gate").allowed_tools
+
+
 def test_a_step_field_given_a_string_is_refused(package: Path) -> None:
     text = _xyaml(package).read_text()
     changed = text.replace("context_skills: [./context/loop-operator]",
