@@ -25,7 +25,7 @@ from runx_actors._strictread import (
     read_regular_file,
 )
 from runx_actors.host.context import read_front_matter
-from runx_actors.host.errors import PackageError
+from runx_actors.host.errors import InputContractError, PackageError
 from runx_actors.host.package import load_package
 
 
@@ -122,6 +122,39 @@ def test_allowed_tools_outside_the_catalog_are_refused(package: Path, tmp_path: 
     assert json.loads(out.stdout)["reason"] == "allowed_tool_not_offered"
     assert out.stderr.startswith("runx-actors: skill: runner turn: allowed_tools names ")
     assert not (tmp_path / "store").exists() and not (tmp_path / "receipts").exists()
+
+
+@pytest.mark.parametrize(("declared", "field"), [
+    ("scenario: {type: string, default: 7}", "scenario"),
+    ("scenario: {type: string, default: [success]}", "scenario"),
+    ("requested_tool: {type: string, default: ''}", "requested_tool"),
+    ("count: {type: number, default: three}", "count"),
+    ("count: {type: number, default: 9007199254740993}", "count"),
+    ("count: {type: number, default: true}", "count"),
+    ("dry_run: {type: boolean, default: 'no'}", "dry_run"),
+])
+def test_a_default_of_the_wrong_type_is_the_package_authors_error(
+        package: Path, declared: str, field: str) -> None:
+    """A default that its own declaration refuses was reported as the caller's input
+    error (InputContractError, "check the inputs"): it is the package's (PackageError,
+    reason invalid_default, the runner and field named), at load, before any input."""
+    text = _xyaml(package).read_text()
+    old = "      scenario: {type: string, default: success}"
+    line = f"      {declared}"
+    if not declared.startswith("scenario"):
+        line = f"{old}\n{line}"
+        if field == "requested_tool":
+            line = old + "\n      requested_tool: {type: string, default: ''}"
+            text = text.replace("      requested_tool: {type: string, default: fs.read}\n",
+                                "", 1)
+    changed = text.replace(old, line, 1)
+    assert changed != text
+    _xyaml(package).write_text(changed)
+    err = _load_error(package)
+    assert not isinstance(err, InputContractError)
+    assert err.reason == "invalid_default", str(err)
+    assert (err.attrs["runner"], err.attrs["field"]) == ("turn", field)
+    assert str(err).startswith(f"runner turn: input {field}: the default ")
 
 
 def test_a_graph_step_may_allow_tools_the_agent_provides(package: Path) -> None:
