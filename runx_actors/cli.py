@@ -37,6 +37,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ._entry import EX_INTERRUPTED, INTERRUPTED_LINES
 from .check import (
     CheckResult,
     ConfigFileError,
@@ -159,16 +160,12 @@ class _Main(click.Group):
     debug: bool = False
 
 
-#: The exit code of a command stopped by SIGINT (Ctrl-C): 128 + 2, as shells report it.
-EX_INTERRUPTED = 130
-
-
 def _interrupted() -> NoReturn:
     """Report a SIGINT (Ctrl-C) in the CLI's two lines and exit 130: never the code of a
-    finding (1: a counterexample, a failed seed) nor a traceback."""
-    click.echo("runx-actors: interrupted (SIGINT)", err=True)
-    click.echo("hint: the command stopped before it finished and reported nothing; what "
-               "it had committed is durable, and running it again continues", err=True)
+    finding (1: a counterexample, a failed seed) nor a traceback (``runx_actors._entry``
+    does the same for a Ctrl-C that lands while this module is being imported)."""
+    for line in INTERRUPTED_LINES:
+        click.echo(line, err=True)
     sys.exit(EX_INTERRUPTED)
 
 
