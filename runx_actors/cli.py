@@ -123,16 +123,10 @@ class _Main(click.Group):
         try:
             _check_utf8(argv)
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.UsageError as exc:
-            exc.show()
-            if as_json:
-                _echo_json_error(exc, EX_USAGE, exc.ctx)
-            sys.exit(EX_USAGE)
+        except click.UsageError as exc:  # the project's two lines, not click's usage block
+            sys.exit(_report_click_error(exc, EX_USAGE, exc.ctx, as_json))
         except click.ClickException as exc:
-            exc.show()
-            if as_json:
-                _echo_json_error(exc, exc.exit_code, None)
-            sys.exit(exc.exit_code)
+            sys.exit(_report_click_error(exc, exc.exit_code, None, as_json))
         except click.Abort as exc:
             if isinstance(exc.__cause__, KeyboardInterrupt):  # click's wrap of Ctrl-C
                 _interrupted()
@@ -178,6 +172,31 @@ def _json_requested(args: Sequence[str]) -> bool:
         if arg == "--json":
             return True
     return False
+
+
+def _report_click_error(exc: click.ClickException, code: int, ctx: click.Context | None,
+                        as_json: bool) -> int:
+    """A click error in the CLI's format (RUN-CLI-1): ``runx-actors: <command>:
+    <message>`` and, for a usage error, ``hint: usage: <usage>; `<command> --help` lists
+    the options``; with ``--json`` also the one JSON error object. Returns *code*."""
+    from ._clierror import error_document
+
+    command = _command_name(ctx)
+    message = _one_line(exc.format_message())
+    hint = ""
+    if ctx is not None:
+        usage = " ".join(ctx.get_usage().split()).removeprefix("Usage: ")
+        hint = f"usage: {usage}; `{ctx.command_path} --help` lists the options"
+    elif isinstance(exc, click.UsageError):  # refused before click parsed a command
+        hint = "`runx-actors --help` lists the commands; `runx-actors COMMAND --help` " \
+               "the options of one"
+    click.echo(f"runx-actors: {command + ': ' if command else ''}{message}", err=True)
+    if hint:
+        click.echo(f"hint: {hint}", err=True)
+    if as_json:
+        click.echo(json.dumps(error_document(command, exc, code, hint, message=message),
+                              ensure_ascii=False))
+    return code
 
 
 def _echo_json_error(exc: BaseException, code: int, ctx: click.Context | None) -> None:

@@ -315,7 +315,37 @@ def test_every_json_error_is_the_one_error_object(tmp_path: Path, case: str) -> 
     doc = json_error(result)
     assert ERROR_KEYS <= doc.keys(), doc
     assert (doc["command"], doc["error"]) == (command, error), doc
-    assert (doc["hint"] or code == 64) and not doc["message"].startswith("runx-actors"), doc
-    if code != 64:
-        assert result.stderr.startswith("runx-actors: "), result.stderr
+    assert doc["hint"] and not doc["message"].startswith("runx-actors"), doc
+    assert result.stderr.startswith("runx-actors: "), result.stderr
     assert doc["message"] in " ".join(result.stderr.split()), (doc, result.stderr)
+
+
+@pytest.mark.parametrize(("argv", "command"), [
+    (["nosuch"], ""),
+    (["--bogus"], ""),
+    (["runs", "show"], "runs show"),
+    (["runs", "list", "--scope", "a\x01b"], "runs list"),
+    (["check", "--model", "nope"], "check"),
+    (["check", "--bogus"], "check"),
+    (["harness"], "harness"),
+    (["verify", "--receipt", "x.json", "-R", "d"], "verify"),
+    (["store", "check", "/nonexistent/store.sqlite3"], "store check"),
+    (["runs", "list", "--store", "\udcff"], ""),  # not UTF-8: refused before click parses
+], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_a_usage_error_is_the_projects_two_lines(argv: list[str], command: str) -> None:
+    """RUN-CLI-1: a usage error was click's block ("Usage: …", "Try '… --help' for
+    help.", "", "Error: …") beside the project's one line and hint; it is now the
+    project's: ``runx-actors: <command>: <message>`` and a ``hint:`` naming ``--help``,
+    exit 64, and with ``--json`` the one JSON error object carrying the same hint."""
+    result = cli(*argv)
+    assert result.exit_code == 64, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2, result.stderr
+    first, hint = lines
+    assert first.startswith(f"runx-actors: {command}: " if command else "runx-actors: ")
+    assert hint.startswith("hint: ") and " --help`" in hint, hint
+    assert not any(word in result.stderr for word in ("Usage:", "Try '", "Error:"))
+    assert result.stdout == ""
+    doc = json_error(cli(*argv, "--json"))
+    assert doc["exit_code"] == 64 and doc["command"] == command
+    assert doc["hint"] == hint.removeprefix("hint: ") and doc["message"] in first
