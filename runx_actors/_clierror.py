@@ -10,22 +10,34 @@ from typing import Any
 
 import click
 
-__all__ = ["error_document", "report", "name_option_callback"]
+__all__ = ["error_document", "error_json", "report", "name_option_callback"]
+
+_PREFIX = "runx-actors: "
 
 
-def error_document(command: str, exc: BaseException, code: int, hint: str) -> dict[str, Any]:
-    """The JSON object a ``--json`` command prints on stdout for an error:
+def error_document(command: str, exc: BaseException, code: int, hint: str,
+                   **extra: Any) -> dict[str, Any]:
+    """The JSON object every ``--json`` command prints on stdout for an error (RUN-CLI-2,
+    one shape for every command: README "Hostile input"):
     ``{"ok": false, "command", "error" (the exception's type name), "message" (one
-    line), "hint", "exit_code"}``, plus ``target`` / ``reason`` when *exc* carries them
-    as text (a store's ``target`` is already masked)."""
+    line, without a leading ``runx-actors: ``), "hint", "exit_code"}``, plus ``target``
+    / ``reason`` when *exc* carries them as text (a store's ``target`` is already masked),
+    plus *extra* (a command's own details, e.g. ``check``'s model and trace)."""
+    message = " ".join(str(exc).split()).removeprefix(_PREFIX)
     doc: dict[str, Any] = {"ok": False, "command": command, "error": type(exc).__name__,
-                           "message": " ".join(str(exc).split()), "hint": hint,
-                           "exit_code": code}
+                           "message": message, "hint": hint, "exit_code": code}
     for key in ("target", "reason"):
         value = getattr(exc, key, None)
         if isinstance(value, str):
             doc[key] = value
+    doc.update(extra)
     return doc
+
+
+def error_json(command: str, exc: BaseException, code: int, hint: str) -> str:
+    """:func:`error_document` as one line of JSON, newline-terminated: the stdout of a
+    command function (``harness_command``, ``verify_command``) that fails under ``--json``."""
+    return json.dumps(error_document(command, exc, code, hint), ensure_ascii=False) + "\n"
 
 
 def report(command: str, exc: BaseException, code: int, *, hint: str,

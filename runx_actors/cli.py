@@ -37,6 +37,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ._entry import EX_INTERRUPTED, INTERRUPTED_LINES
 from .check import (
     CheckResult,
     ConfigFileError,
@@ -122,16 +123,10 @@ class _Main(click.Group):
         try:
             _check_utf8(argv)
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.UsageError as exc:
-            exc.show()
-            if as_json:
-                _echo_json_error(exc, EX_USAGE, exc.ctx)
-            sys.exit(EX_USAGE)
+        except click.UsageError as exc:  # the project's two lines, not click's usage block
+            sys.exit(_report_click_error(exc, EX_USAGE, exc.ctx, as_json))
         except click.ClickException as exc:
-            exc.show()
-            if as_json:
-                _echo_json_error(exc, exc.exit_code, None)
-            sys.exit(exc.exit_code)
+            sys.exit(_report_click_error(exc, exc.exit_code, None, as_json))
         except click.Abort as exc:
             if isinstance(exc.__cause__, KeyboardInterrupt):  # click's wrap of Ctrl-C
                 _interrupted()
@@ -159,16 +154,12 @@ class _Main(click.Group):
     debug: bool = False
 
 
-#: The exit code of a command stopped by SIGINT (Ctrl-C): 128 + 2, as shells report it.
-EX_INTERRUPTED = 130
-
-
 def _interrupted() -> NoReturn:
     """Report a SIGINT (Ctrl-C) in the CLI's two lines and exit 130: never the code of a
-    finding (1: a counterexample, a failed seed) nor a traceback."""
-    click.echo("runx-actors: interrupted (SIGINT)", err=True)
-    click.echo("hint: the command stopped before it finished and reported nothing; what "
-               "it had committed is durable, and running it again continues", err=True)
+    finding (1: a counterexample, a failed seed) nor a traceback (``runx_actors._entry``
+    does the same for a Ctrl-C that lands while this module is being imported)."""
+    for line in INTERRUPTED_LINES:
+        click.echo(line, err=True)
     sys.exit(EX_INTERRUPTED)
 
 
@@ -183,11 +174,45 @@ def _json_requested(args: Sequence[str]) -> bool:
     return False
 
 
+def _report_click_error(exc: click.ClickException, code: int, ctx: click.Context | None,
+                        as_json: bool) -> int:
+    """A click error in the CLI's format (RUN-CLI-1): ``runx-actors: <command>:
+    <message>`` and, for a usage error, ``hint: usage: <usage>; `<command> --help` lists
+    the options``; with ``--json`` also the one JSON error object. Returns *code*."""
+    from ._clierror import error_document
+
+    command = _command_name(ctx)
+    message = _one_line(exc.format_message())
+    hint = ""
+    if ctx is not None:
+        usage = " ".join(ctx.get_usage().split()).removeprefix("Usage: ")
+        hint = f"usage: {usage}; `{ctx.command_path} --help` lists the options"
+    elif isinstance(exc, click.UsageError):  # refused before click parsed a command
+        hint = "`runx-actors --help` lists the commands; `runx-actors COMMAND --help` " \
+               "the options of one"
+    click.echo(f"runx-actors: {command + ': ' if command else ''}{message}", err=True)
+    if hint:
+        click.echo(f"hint: {hint}", err=True)
+    if as_json:
+        click.echo(json.dumps(error_document(command, exc, code, hint, message=message),
+                              ensure_ascii=False))
+    return code
+
+
 def _echo_json_error(exc: BaseException, code: int, ctx: click.Context | None) -> None:
     from .host._cli_support import echo_error_json, unwrap
 
-    command = ctx.command_path.removeprefix("runx-actors").strip() if ctx else ""
+    command = _command_name(ctx)
     echo_error_json(command, unwrap(exc), code)
+
+
+def _command_name(ctx: click.Context | None) -> str:
+    """The command's name below the group (``runs list``), whatever the program's name."""
+    names: list[str] = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(names))
 
 
 def _check_utf8(args: Sequence[str]) -> None:
@@ -430,21 +455,24 @@ def _print_stats(
 def _report_model_error(
     exc: ModelCodeError, header: dict[str, Any], as_json: bool, describe: Any
 ) -> None:
+    """The model's own code raised (exit 70): with ``--json`` the one error object of
+    every command (``runx_actors._clierror.error_document``) with the check's header and
+    ``exception`` / ``where`` / ``trace`` (the trace reaching the state, or null); else
+    ``runx-actors: check: <message>``, the trace and the model's traceback on stderr."""
+    from ._clierror import error_document
+
     trace = getattr(exc, "trace", None)
+    hint = ("the model's own code raised (not the checker): fix the model; without --json "
+            "its traceback is printed")
     if as_json:
-        payload: dict[str, Any] = {
-            "ok": False,
-            **header,
-            "error": {
-                "type": type(exc.__cause__).__name__,
-                "where": getattr(exc, "where", None),
-                "message": exc.message,
-                "trace": None if trace is None else render_json(trace, describe),
-            },
-        }
+        payload = error_document(
+            "check", exc, EX_SOFTWARE, hint, **header,
+            exception=type(exc.__cause__).__name__, where=getattr(exc, "where", None),
+            trace=None if trace is None else render_json(trace, describe))
         click.echo(json.dumps(payload, indent=2))
         return
-    click.echo(f"error: {exc.message}", err=True)
+    click.echo(f"runx-actors: check: {_one_line(exc.message)}", err=True)
+    click.echo(f"hint: {hint}", err=True)
     if trace is not None:
         click.echo(render_text(trace, describe), err=True, nl=False)
     if exc.__cause__ is not None:

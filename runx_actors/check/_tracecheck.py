@@ -481,20 +481,22 @@ def exit_code(report: LogReport) -> int:
 def run_log_command(target: str, *, scope: str | None, run: str | None, as_json: bool,
                     echo: Any) -> int:
     """The body of ``runx-actors check --log``: print the report (text, or one JSON
-    object with ``--json``) through *echo* and return the exit code (0, 1 or 66)."""
+    object with ``--json``) through *echo* and return the exit code (0, 1 or 66). An
+    unreadable store is two lines on stderr and, with ``--json``, the CLI's JSON error
+    object on stdout (``runx_actors._clierror.error_document``, ``target`` masked)."""
     import json
 
     try:
         report = check_log(target, scope=scope, run=run)
     except LogUnreadableError as exc:
-        shown = str(exc.attrs.get("target", target))
-        if as_json:
-            echo(json.dumps({"target": shown, "ok": False, "error": "LogUnreadableError",
-                             "reason": exc.attrs.get("reason", ""), "message": exc.message}))
-        else:
-            echo(f"runx-actors: check: {' '.join(exc.message.split())}", err=True)
-            echo(f"hint: {_HINTS.get(str(exc.attrs.get('reason', '')), _HINTS['open'])}",
-                 err=True)
+        from .._clierror import error_document
+
+        hint = _HINTS.get(str(exc.attrs.get("reason", "")), _HINTS["open"])
+        echo(f"runx-actors: check: {' '.join(exc.message.split())}", err=True)
+        echo(f"hint: {hint}", err=True)
+        if as_json:  # the one error object of every command (RUN-CLI-2)
+            echo(json.dumps(error_document("check", exc, EX_NOINPUT, hint),
+                            ensure_ascii=False))
         return EX_NOINPUT
     # default=repr: a damaged cell may hold bytes where text belongs (it is reported as is)
     echo(json.dumps(report.to_dict(), indent=2, default=repr) if as_json

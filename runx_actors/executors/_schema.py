@@ -14,6 +14,9 @@ from typing import Any
 import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
+import jsonschema_specifications
+import referencing.exceptions
+import referencing.jsonschema
 
 __all__ = ["schema_errors", "schema_problem"]
 
@@ -31,8 +34,9 @@ def schema_problem(schema: Any) -> str | None:
 
     A tool's arguments are always a JSON object (``arguments_failure``), so the schema
     must be a JSON object that is valid for the validator class :func:`schema_errors`
-    uses (the draft its ``$schema`` names, else Draft 2020-12; ``check_schema``) and,
-    when it has a top-level ``type``, must allow ``"object"`` — otherwise every call
+    uses (the draft its ``$schema`` names, else Draft 2020-12; ``check_schema``), whose
+    every ``$ref`` resolves within the schema (nothing is fetched), and which, when it
+    has a top-level ``type``, must allow ``"object"`` — otherwise every call
     would fail ``invalid_arguments`` and blame the model for the declaration (RUN-EXE-5).
     """
     if not isinstance(schema, dict):
@@ -40,13 +44,49 @@ def schema_problem(schema: Any) -> str | None:
     declared = schema.get("type", "object")
     kinds = declared if isinstance(declared, list) else [declared]
     try:
-        _validator(json.dumps(schema, sort_keys=True))
+        validator = _validator(json.dumps(schema, sort_keys=True))
+        unresolved = _unresolvable_ref(schema, validator)
     except jsonschema.exceptions.SchemaError as exc:
         return f"the parameters schema is invalid: {exc.message}"
     except RecursionError:
         return "the parameters schema is nested too deeply"
+    if unresolved is not None:
+        return unresolved
     if "object" not in kinds:
         return f"the parameters schema must describe a JSON object, not type {declared!r}"
+    return None
+
+
+def _unresolvable_ref(schema: dict[str, Any], validator: Any) -> str | None:
+    """Why a ``$ref`` of *schema* cannot be resolved (a JSON pointer to nothing, an
+    unknown anchor, a remote URI: nothing is fetched), or None. Walks the schema's
+    subschemas as the ``referencing`` library (jsonschema's) sees them for the validator's
+    draft, so a ``$ref`` key inside ``enum`` / ``const`` data is not one, and a nested
+    ``$id`` changes the base URI."""
+    draft = referencing.jsonschema.specification_with(
+        validator.META_SCHEMA.get("$schema", ""), default=referencing.jsonschema.DRAFT202012)
+    root = draft.create_resource(schema)
+    # the metaschemas are known, as to the validator (jsonschema_specifications)
+    resolver = jsonschema_specifications.REGISTRY.with_resource(root.id() or "", root
+                                                                ).resolver(root.id() or "")
+    pending = [(root, resolver)]
+    while pending:
+        resource, scope = pending.pop()
+        contents = resource.contents
+        ref = contents.get("$ref") if isinstance(contents, dict) else None
+        if isinstance(ref, str):
+            try:
+                scope.lookup(ref)
+            except referencing.exceptions.Unresolvable as exc:
+                shown = ref if len(ref) <= 200 else ref[:200] + "..."
+                why = ("no such location in the schema"
+                       if isinstance(exc, referencing.exceptions.PointerToNowhere) else
+                       "no such anchor in the schema"
+                       if isinstance(exc, referencing.exceptions.NoSuchAnchor) else
+                       "not in the schema, and remote schemas are not fetched")
+                return (f"the parameters schema has a $ref that does not resolve: {shown!r} "
+                        f"({why})")
+        pending.extend((sub, scope.in_subresource(sub)) for sub in resource.subresources())
     return None
 
 

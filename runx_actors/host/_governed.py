@@ -94,7 +94,14 @@ from .errors import (
 )
 from .package import Package, Runner
 from .policy import policy_gate
-from .receipts import Receipt, ReceiptError, Reference, format_created_at
+from .receipts import (
+    Receipt,
+    ReceiptError,
+    ReceiptRepository,
+    ReceiptSigner,
+    Reference,
+    format_created_at,
+)
 from .turn import builtin_models
 
 __all__ = [
@@ -120,9 +127,11 @@ def utc_now() -> _dt.datetime:
 class HostConfig:
     """What every governed operation needs besides the store and the package.
 
-    * ``receipts`` — the ``ReceiptStore`` receipts are written to (its verifier is the
-      §4.6 policy applied on every read and write);
-    * ``signer`` — the signing identity (§4.5);
+    * ``receipts`` — where receipts are written (a ``ReceiptStore``, or anything the
+      ``receipts.ReceiptRepository`` Protocol describes: ``put``/``get``/``find``; its
+      verifier is the §4.6 policy applied on every read and write);
+    * ``signer`` — the signing identity (§4.5: a ``Signer``, or anything the
+      ``receipts.ReceiptSigner`` Protocol describes);
     * ``workspace`` — the root the fs tools are confined to;
     * ``now`` — the injected clock (``run_sealing.created_at``, context ``created_at``);
     * ``models`` — extra or replacement scripted models by script name;
@@ -136,8 +145,8 @@ class HostConfig:
       it while a worker thread writes a receipt).
     """
 
-    receipts: Any
-    signer: Any
+    receipts: ReceiptRepository
+    signer: ReceiptSigner
     workspace: Path
     now: Callable[[], _dt.datetime] = utc_now
     models: Mapping[str, Any] = attrs.field(factory=dict)

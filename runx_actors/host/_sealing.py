@@ -30,6 +30,8 @@ from .receipts import (
     Lineage,
     Receipt,
     ReceiptDraft,
+    ReceiptRepository,
+    ReceiptSigner,
     Reference,
     Seal,
     Subject,
@@ -222,7 +224,8 @@ def loop_payload_violation(turn_index: int, payload: Any) -> str | None:
     return None
 
 
-def _adopt(store: Any, intent_key: str, uri: str, fact_log: str) -> Receipt | None:
+def _adopt(store: ReceiptRepository, intent_key: str, uri: str,
+           fact_log: str) -> Receipt | None:
     """A stored receipt for (intent, uri) committing to the same fact log, if any."""
     for receipt in store.find(intent_key, uri):
         commitments = receipt.body.get("subject", {}).get("commitments", ())
@@ -232,13 +235,13 @@ def _adopt(store: Any, intent_key: str, uri: str, fact_log: str) -> Receipt | No
     return None
 
 
-def _store(store: Any, draft: ReceiptDraft, signer: Any) -> Receipt:
+def _store(store: ReceiptRepository, draft: ReceiptDraft, signer: ReceiptSigner) -> Receipt:
     receipt = seal_receipt(draft, signer)
     store.put(receipt)
     return receipt
 
 
-def seal_run(evidence: RunEvidence, *, signer: Any, store: Any,
+def seal_run(evidence: RunEvidence, *, signer: ReceiptSigner, store: ReceiptRepository,
              actor_ref: Reference | None = None,
              previous: Reference | None = None) -> SealedRun:
     """Seal (or adopt) the receipts of a terminal Run and store them, children first.

@@ -146,7 +146,8 @@ def classify_targets(targets: Sequence[str], cwd: str | os.PathLike[str]) -> Tar
         path = Path(cwd) / target
         if not path.exists():
             raise HarnessError(f"{_PREFIX}{target}: {target} does not exist", path=target,
-                               hint="")
+                               hint="give a package directory, its SKILL.md, or fixture "
+                                    "files (.yaml/.yml), relative to the current directory")
         if _is_package(path):
             packages.append(path)
         elif path.suffix in _FIXTURE_SUFFIXES:
@@ -339,6 +340,8 @@ def _identity(env: Mapping[str, str]) -> tuple[Signer | None, Keyring, str]:
 
 def _harness_error(path: str, exc: BaseException) -> HarnessError:
     hint = getattr(exc, "hint", "") if isinstance(exc, ReceiptIndexStaleError) else ""
+    if isinstance(exc, HarnessParseError):
+        hint = "fix the package or fixture file named above; no case ran"
     return HarnessError(f"{_PREFIX}{path}: {exc}", path=path, hint=str(hint or ""))
 
 
@@ -451,6 +454,16 @@ def _stderr(*lines: str) -> str:
     return "".join(line + "\n" for line in lines if line)
 
 
+def _failed(exc: BaseException, code: int, as_json: bool, line: str,
+            hint: str = "") -> CommandResult:
+    """*line* and *hint* on stderr; with *as_json* also one JSON error object on stdout."""
+    from .._clierror import error_json
+
+    return CommandResult(exit_code=code,
+                         stdout=error_json("harness", exc, code, hint) if as_json else "",
+                         stderr=_stderr(line, f"hint: {hint}" if hint else ""))
+
+
 def harness_command(targets: Sequence[str], *, receipt_dir: str | None = None,
                     as_json: bool = False, env: Mapping[str, str],
                     cwd: str | os.PathLike[str]) -> CommandResult:
@@ -458,15 +471,17 @@ def harness_command(targets: Sequence[str], *, receipt_dir: str | None = None,
     print and the exit code. Runs its own trio loop (call it from synchronous code).
 
     Exit codes: 0 ``passed`` / ``not_declared`` (fixture mode: every fixture passed);
-    1 ``failed`` or a harness error; 64 a usage error. Raises nothing.
+    1 ``failed`` or a harness error; 64 a usage error. A harness error or usage error
+    is also, with *as_json*, the CLI's one JSON error object on stdout
+    (``runx_actors._clierror.error_document``, RUN-CLI-2). Raises nothing.
     """
     try:
         chosen = classify_targets(targets, cwd)
     except HarnessUsageError as exc:
-        return CommandResult(exit_code=EXIT_USAGE,
-                             stderr=_stderr(f"runx-actors: harness: {exc}"))
+        return _failed(exc, EXIT_USAGE, as_json,
+                       f"runx-actors: harness: {exc}", "see `runx-actors harness --help`")
     except HarnessError as exc:
-        return CommandResult(exit_code=EXIT_FAILED, stderr=_stderr(str(exc)))
+        return _failed(exc, EXIT_FAILED, as_json, str(exc), str(getattr(exc, "hint", "")))
     try:
         if chosen.package is not None:
             report = trio.run(lambda: run_package(chosen.package or Path(), env=env, cwd=cwd,
@@ -477,8 +492,7 @@ def harness_command(targets: Sequence[str], *, receipt_dir: str | None = None,
         run = trio.run(lambda: run_fixtures(chosen.fixtures, env=env, cwd=cwd,
                                             receipt_dir=receipt_dir))
     except HarnessError as exc:
-        return CommandResult(exit_code=EXIT_FAILED,
-                             stderr=_stderr(str(exc), getattr(exc, "hint", "")))
+        return _failed(exc, EXIT_FAILED, as_json, str(exc), str(getattr(exc, "hint", "")))
     if not run.passed:
         failed = run.results[-1]
         return CommandResult(exit_code=EXIT_FAILED, stderr=_stderr(

@@ -268,8 +268,18 @@ def _check_spec(root: Path, spec: PackageSpec) -> dict[tuple[str, str], tuple[Co
             if item.type not in INPUT_TYPES:
                 raise PackageError(f"runner {name}: input {key} has unknown type {item.type}",
                                    path=where)
-            if item.has_default:
-                _check_value(key, item, item.default)
+            if item.has_default:  # the package author's mistake, not the caller's
+                try:
+                    _check_value(key, item, item.default)
+                except InputContractError as exc:
+                    shown = repr(item.default)
+                    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+                    raise PackageError(
+                        f"runner {name}: input {key}: the default {shown} does not fit its "
+                        f"declared type {item.type}: "
+                        f"{exc.message.removeprefix('input_contract_invalid: ')}",
+                        path=where, reason="invalid_default", runner=name, field=key
+                    ) from None
         if runner.timeout_seconds <= 0:
             raise PackageError(f"runner {name}: timeout_seconds must be positive", path=where)
         if isinstance(runner, ScriptedRunner):
@@ -277,6 +287,15 @@ def _check_spec(root: Path, spec: PackageSpec) -> dict[tuple[str, str], tuple[Co
             if stray:
                 raise PackageError(f"runner {name}: approval_required names tools not in "
                                    f"tools: {stray}", path=where)
+            # the executor holds exactly the catalog (tools): an allowed tool outside it
+            # would pass the gate and fail every call tool_lookup_failed (§3.3)
+            stray = [t for t in runner.allowed_tools if t not in runner.tools]
+            if stray:
+                raise PackageError(
+                    f"runner {name}: allowed_tools names {', '.join(map(repr, stray))}, not "
+                    f"in its tools {list(runner.tools)}: a scripted-run runner can only "
+                    "call the tools its catalog offers", path=where,
+                    reason="allowed_tool_not_offered", tools=stray)
             continue
         if not runner.steps:
             raise PackageError(f"runner {name}: a graph needs at least one step", path=where)
@@ -317,7 +336,10 @@ def load_package(path: str | os.PathLike[str]) -> Package:
         PackageError: unreadable or invalid files, unknown keys, bad values, a symlink or
             a non-regular file inside the package; ``reason`` is the strict reader's
             (``duplicate_key``, ``too_large``, ``too_deep``, ``not_mapping``, ``symlink``,
-            ``not_regular``…) and ``line`` the line when the parser knows it.
+            ``not_regular``…) and ``line`` the line when the parser knows it; an input
+            default its own declaration refuses is ``invalid_default`` (``runner``,
+            ``field``), an ``allowed_tools`` entry outside a scripted-run runner's
+            ``tools`` ``allowed_tool_not_offered`` (``tools``).
         ContextRefError: a context ref breaks a §6.1 rule.
     """
     root = Path(path)

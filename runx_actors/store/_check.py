@@ -42,7 +42,7 @@ from .base import run_stream
 
 __all__ = ["Problem", "redact_dsn", "CheckReport", "check_store", "check_sqlite", "check_postgres",
            "is_dsn", "StoreMissingError", "StoreUnreachableError", "ScopeNotFoundError",
-           "connect_postgres", "CONNECT_TIMEOUT"]
+           "connect_postgres", "CONNECT_TIMEOUT", "REACH_HINTS"]
 
 _RUN_PREFIX = run_stream("")
 
@@ -72,7 +72,7 @@ class ScopeNotFoundError(RunxError):
 
 
 #: StoreUnreachableError's ``hint`` by ``reason`` (the CLI's ``hint:`` line).
-_REACH_HINTS = {
+REACH_HINTS = {
     "unreachable": "check the DSN: its host and port must reach a running PostgreSQL "
                    "server, and its dbname and user must exist there and be accepted",
     "bad_dsn": "give a libpq key=value string (host=… dbname=…) or a postgresql:// URL",
@@ -468,9 +468,11 @@ def redact_dsn(dsn: str) -> str:
     return make_conninfo(**{k: str(v) for k, v in params.items()})
 
 
-def connect_postgres(dsn: str, **kwargs: Any) -> Any:
+def connect_postgres(dsn: str, *, connect_timeout: int = CONNECT_TIMEOUT,
+                     **kwargs: Any) -> Any:
     """One ``psycopg.connect(dsn)`` that fails fast and typed: libpq's ``connect_timeout``
-    is :data:`CONNECT_TIMEOUT` unless *dsn* sets one; *kwargs* go to ``psycopg.connect``.
+    is *connect_timeout* seconds (default :data:`CONNECT_TIMEOUT`) unless *dsn* sets one;
+    *kwargs* go to ``psycopg.connect``.
 
     Raises:
         StoreUnreachableError: see its docstring (the driver's error is ``__cause__``
@@ -485,7 +487,7 @@ def connect_postgres(dsn: str, **kwargs: Any) -> Any:
             f"{target} is a PostgreSQL DSN, but {exc.name} is not installed "
             "(pip install 'runx-actors[postgres]')", target=target,
             reason="no_driver",
-            hint=_REACH_HINTS["no_driver"]) from None
+            hint=REACH_HINTS["no_driver"]) from None
     try:
         params = conninfo_to_dict(dsn)
     except psycopg.Error:
@@ -494,16 +496,16 @@ def connect_postgres(dsn: str, **kwargs: Any) -> Any:
         raise StoreUnreachableError(  # libpq's message may quote a piece of the password
             "the PostgreSQL DSN does not parse (a libpq key=value string or a "
             "postgresql:// URL)", target=target, reason="bad_dsn",
-            hint=_REACH_HINTS["bad_dsn"]) from None
+            hint=REACH_HINTS["bad_dsn"]) from None
     if "connect_timeout" not in params:
-        kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT)
+        kwargs["connect_timeout"] = connect_timeout
     try:
         return psycopg.connect(dsn, **kwargs)
     except psycopg.Error as exc:
         detail = " ".join(str(exc).split())
         raise StoreUnreachableError(f"cannot reach the PostgreSQL store {target}: {detail}",
                                     target=target, reason="unreachable",
-            hint=_REACH_HINTS["unreachable"]) from exc
+            hint=REACH_HINTS["unreachable"]) from exc
 
 
 def check_store(target: str, *, scope: str | None = None) -> CheckReport:

@@ -79,10 +79,7 @@ def check(*, target: str, scope: str | None, as_json: bool) -> int:
 
     try:
         report = check_store(target, scope=scope)
-    except StoreMissingError as exc:
-        if as_json:  # a usage error (64), as one JSON object on stdout too (RUN-CLI-2)
-            return fail("store check", click.UsageError(str(exc)), EX_USAGE, hint="",
-                        as_json=True)
+    except StoreMissingError as exc:  # a usage error (64; with --json also the JSON object)
         raise click.UsageError(str(exc)) from None
     except StoreUnreachableError as exc:  # fast, typed, the password masked (RUN-CLI-2)
         return fail("store check", exc, EX_UNREACHABLE, hint=str(getattr(exc, "hint", "")),

@@ -39,6 +39,7 @@ ALREADY_APPLIED with the original facts or applies the command now.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -46,7 +47,7 @@ from typing import Any, TypeVar
 import attrs
 import psycopg
 import trio
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .._scoped import body_errors_unwrapped
 from ..protocol.commit import (
@@ -59,6 +60,7 @@ from ..protocol.commit import (
 from ..protocol.errors import CorruptStoreError, ValidationError
 from ..protocol.values import AgentInput, Digest, NewRun, Scope
 from . import _pg_log as log
+from ._check import REACH_HINTS, StoreUnreachableError, connect_postgres, redact_dsn
 from ._facade import SqlFrozenStore, SqlReader, SqlRunStore, SqlStoreBase, SqlWriter
 from ._group import GroupCounters, GroupStatistics
 from ._pg_schema import ensure_schema, is_damage, make_pool
@@ -78,7 +80,7 @@ from .base import ForeignEvent
 
 __all__ = [
     "open_postgres_store", "PostgresStore", "PostgresWriter", "PostgresReader",
-    "PostgresRunStore", "PostgresFrozenStore", "PostgresStatistics",
+    "PostgresRunStore", "PostgresFrozenStore", "PostgresStatistics", "StoreUnreachableError",
 ]
 
 T = TypeVar("T")
@@ -347,15 +349,24 @@ async def open_postgres_store(
     Raises:
         ValidationError: a size is not positive or ``min_size > max_size``.
         SchemaVersionError: the schema holds an unknown version or is not a store.
-        psycopg_pool.PoolTimeout: the database could not be reached within *timeout*.
+        StoreUnreachableError: (``runx_actors.store.postgres.StoreUnreachableError``) the
+            database cannot be reached: *dsn* does not parse (``reason="bad_dsn"``), or
+            the server refuses the connection, the database or role does not exist,
+            authentication fails, or no connection came within *timeout*
+            (``reason="unreachable"``). The message and ``target`` show *dsn* with its
+            password masked (``password=***``); the driver's error is ``__cause__``
+            (none for a DSN that does not parse: its message may quote the password).
+            One connection is tried first (libpq's ``connect_timeout``: *timeout*
+            rounded up, unless *dsn* sets one), so a refused port fails at once rather
+            than after *timeout* (RUN-CLI-2).
 
     An exception raised in the block comes out as itself, not in an ExceptionGroup; an error
     of a background task comes out in an ExceptionGroup (RUN-ACT-10).
     """
     if min_size < 1 or max_size < min_size or max_group < 1 or timeout <= 0:
         raise ValidationError("need 1 <= min_size <= max_size, max_group >= 1, timeout > 0")
-    pool = make_pool(dsn, min_size=min_size, max_size=max_size, timeout=timeout)
-    await trio.to_thread.run_sync(_open_pool, pool, timeout)
+    pool = await trio.to_thread.run_sync(
+        lambda: _open_pool(dsn, min_size=min_size, max_size=max_size, timeout=timeout))
     async with trio.open_nursery() as nursery:
         store = PostgresStore(pool, nursery, max_size=max_size, max_group=max_group)
         try:
@@ -364,14 +375,29 @@ async def open_postgres_store(
             await store.aclose()
 
 
-def _open_pool(pool: ConnectionPool, timeout: float) -> None:
+def _open_pool(dsn: str, *, min_size: int, max_size: int, timeout: float) -> ConnectionPool:
+    """An open pool of *dsn* whose schema holds a store (created in an empty schema).
+    One connection is tried first, because a pool retries a refused connection until
+    *timeout* and then raises an untyped ``PoolTimeout``; every way of not reaching the
+    database is :class:`StoreUnreachableError` with the password masked."""
+    connect_postgres(dsn, connect_timeout=math.ceil(timeout)).close()
+    pool = make_pool(dsn, min_size=min_size, max_size=max_size, timeout=timeout)
     try:
         pool.open(wait=True, timeout=timeout)
         with pool.connection() as conn:
             ensure_schema(conn)
-    except BaseException:
+    except BaseException as exc:
         pool.close()
+        if isinstance(exc, psycopg.OperationalError):  # PoolTimeout is one
+            target = redact_dsn(dsn)  # reachable a moment ago, no longer
+            detail = ("no connection within "
+                      f"{timeout:g} s" if isinstance(exc, PoolTimeout) else str(exc))
+            raise StoreUnreachableError(
+                f"cannot reach the PostgreSQL store {target}: {' '.join(detail.split())}",
+                target=target, reason="unreachable", hint=REACH_HINTS["unreachable"]
+            ) from exc
         raise
+    return pool
 
 
 class PostgresReader(SqlReader["PostgresStore"]):

@@ -176,7 +176,9 @@ def test_violation_trace_formats(fake_registry: None, fmt: str) -> None:
 def test_usage_errors_exit_64(fake_registry: None, args: list[str]) -> None:
     code, _, err = _run(*args)
     assert code == 64
-    assert "Error" in err
+    first, hint = err.splitlines()  # the CLI's two lines, not click's usage block
+    assert first.startswith("runx-actors: check: ") and hint.startswith("hint: usage: ")
+    assert "check --help` lists the options" in hint
 
 
 def test_unknown_command_exits_64() -> None:
@@ -202,11 +204,16 @@ def test_model_code_error_exits_70(
     code, _, err = _run()
     assert code == 70
     assert "RuntimeError" in err and "boom at 2" in err
+    assert err.startswith("runx-actors: check: ") and "\nhint: " in err
     code, out, _ = _run("--json")
     assert code == 70
-    data = json.loads(out)
-    assert data["ok"] is False and data["error"]["where"] == "actions"
-    assert data["error"]["trace"]["length"] == 2
+    data = json.loads(out)  # the one error object of every command (RUN-CLI-2) …
+    assert {k: data[k] for k in ("ok", "command", "error", "exit_code")} == {
+        "ok": False, "command": "check", "error": "ModelCodeError", "exit_code": 70}
+    assert data["message"] and data["hint"]
+    # … with the check's own details
+    assert data["exception"] == "RuntimeError" and data["where"] == "actions"
+    assert data["trace"]["length"] == 2 and data["model"] == "reference"
 
 
 @pytest.mark.parametrize("text", ["runs = 99999999999999999999\n", "calls = 1001\n"])

@@ -162,7 +162,8 @@ def test_unreadable_and_usage(tmp_path: Path, clean_store: Path) -> None:
     assert info.value.attrs["reason"] == "no such scope"
     as_json = runner.invoke(main, ["check", "--log", str(junk), "--json"])
     assert as_json.exit_code == EX_NOINPUT
-    assert json.loads(as_json.output)["error"] == "LogUnreadableError"
+    assert json.loads(as_json.stdout)["error"] == "LogUnreadableError"
+    assert json.loads(as_json.stdout)["exit_code"] == EX_NOINPUT
     assert runner.invoke(main, ["check", "--run", "x"]).exit_code == 64
     assert "Traceback" not in missing.output + junk.name
 
@@ -445,7 +446,7 @@ def test_a_dsn_password_is_never_printed(tmp_path: Path) -> None:
         assert text.exit_code == as_json.exit_code == EX_NOINPUT, text.output
         assert "s3cret" not in text.output + as_json.output
         assert "password=***" in text.output
-        assert "password=***" in json.loads(as_json.output)["target"]
+        assert "password=***" in json.loads(as_json.stdout)["target"]
         with pytest.raises(LogUnreadableError) as info:
             check_log(dsn)
         assert "s3cret" not in info.value.message + str(info.value.attrs)
@@ -461,7 +462,7 @@ def test_a_dsn_that_does_not_parse_is_never_echoed(dsn: str) -> None:
     assert text.exit_code == as_json.exit_code == EX_NOINPUT, text.output
     assert "hunter2" not in text.output + as_json.output
     assert "does not parse" in text.output
-    assert json.loads(as_json.output)["reason"] == "open"
+    assert json.loads(as_json.stdout)["reason"] == "open"
 
 
 def test_an_unknown_run_is_unreadable_and_run_counts_its_commits(clean_store: Path) -> None:
@@ -523,7 +524,7 @@ def test_damage_a_second_tester_found(statements: list[str], rules: set[str],
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     as_json = CliRunner().invoke(main, ["check", "--log", str(db), "--json"])
     assert as_json.exit_code == 1, as_json.output
-    assert json.loads(as_json.output)["ok"] is False
+    assert json.loads(as_json.stdout)["ok"] is False
 
 
 def test_json_output_with_a_bytes_cell(clean_store: Path, tmp_path: Path) -> None:

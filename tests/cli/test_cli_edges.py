@@ -265,3 +265,87 @@ def test_a_bad_size_override_gets_its_own_hint(tmp_path: Path,
     lines = result.stderr.splitlines()
     assert "RUNX_ACTORS_MAX_PACKAGE_MANIFEST_BYTES" in lines[0] and "'lots'" in lines[0]
     assert lines[1].startswith("hint: set the RUNX_ACTORS_MAX_<KIND>_BYTES variable")
+
+
+#: Every key of the one JSON error object (``runx_actors._clierror.error_document``).
+ERROR_KEYS = {"ok", "command", "error", "message", "hint", "exit_code"}
+
+
+def _json_error_cases(tmp: Path) -> dict[str, tuple[list[str], int, str, str]]:
+    """name -> (argv, exit code, command, error class) of a user-caused ``--json`` error
+    (the files are made by :func:`_json_error_files`)."""
+    missing = str(tmp / "nowhere")
+    return {
+        "harness: no such target": (["harness", missing], 1, "harness", "HarnessError"),
+        "harness: bad X.yaml": (["harness", str(tmp / "pkg")], 1, "harness", "HarnessError"),
+        "harness: no target": (["harness"], 64, "harness", "UsageError"),
+        "verify: no such directory": (["verify", "-R", missing], 1, "verify",
+                                      "ReceiptDirectoryNotFoundError"),
+        "verify: unknown receipt": (["verify", "sha256:" + "0" * 64, "-R", str(tmp / "empty")],
+                                    1, "verify", "ReceiptNotFoundError"),
+        "verify: not JSON": (["verify", "--receipt", str(tmp / "bad.json")], 1, "verify",
+                             "ReceiptInputError"),
+        "verify: no such file": (["verify", "--receipt", missing], 1, "verify",
+                                 "ReceiptInputError"),
+        "verify: --receipt with -R": (["verify", "--receipt", missing, "-R", missing], 64,
+                                      "verify", "UsageError"),
+        "check --log: no such store": (["check", "--log", missing + ".db"], 66, "check",
+                                       "LogUnreadableError"),
+        "runs list: no such store": (["runs", "list", "--store", missing], 1, "runs list",
+                                     "StoreMissingError"),
+    }
+
+
+def _json_error_files(tmp: Path) -> None:
+    (tmp / "bad.json").write_text("{")
+    (tmp / "pkg").mkdir()
+    (tmp / "pkg" / "X.yaml").write_text("name: [\n")
+    (tmp / "empty").mkdir()
+
+
+@pytest.mark.parametrize("case", sorted(_json_error_cases(Path("/nonexistent"))))
+def test_every_json_error_is_the_one_error_object(tmp_path: Path, case: str) -> None:
+    """RUN-CLI-2: a user-caused error under ``--json`` is exactly one JSON object on
+    stdout, of the one shape (``ERROR_KEYS``; harness, verify and ``check --log`` had
+    none or their own), with the process's exit code; the text stays on stderr."""
+    _json_error_files(tmp_path)
+    argv, code, command, error = _json_error_cases(tmp_path)[case]
+    result = cli(*argv, "--json", **SIGNING_ENV)
+    assert result.exit_code == code, result.output
+    doc = json_error(result)
+    assert ERROR_KEYS <= doc.keys(), doc
+    assert (doc["command"], doc["error"]) == (command, error), doc
+    assert doc["hint"] and not doc["message"].startswith("runx-actors"), doc
+    assert result.stderr.startswith("runx-actors: "), result.stderr
+    assert doc["message"] in " ".join(result.stderr.split()), (doc, result.stderr)
+
+
+@pytest.mark.parametrize(("argv", "command"), [
+    (["nosuch"], ""),
+    (["--bogus"], ""),
+    (["runs", "show"], "runs show"),
+    (["runs", "list", "--scope", "a\x01b"], "runs list"),
+    (["check", "--model", "nope"], "check"),
+    (["check", "--bogus"], "check"),
+    (["harness"], "harness"),
+    (["verify", "--receipt", "x.json", "-R", "d"], "verify"),
+    (["store", "check", "/nonexistent/store.sqlite3"], "store check"),
+    (["runs", "list", "--store", "\udcff"], ""),  # not UTF-8: refused before click parses
+], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_a_usage_error_is_the_projects_two_lines(argv: list[str], command: str) -> None:
+    """RUN-CLI-1: a usage error was click's block ("Usage: …", "Try '… --help' for
+    help.", "", "Error: …") beside the project's one line and hint; it is now the
+    project's: ``runx-actors: <command>: <message>`` and a ``hint:`` naming ``--help``,
+    exit 64, and with ``--json`` the one JSON error object carrying the same hint."""
+    result = cli(*argv)
+    assert result.exit_code == 64, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2, result.stderr
+    first, hint = lines
+    assert first.startswith(f"runx-actors: {command}: " if command else "runx-actors: ")
+    assert hint.startswith("hint: ") and " --help`" in hint, hint
+    assert not any(word in result.stderr for word in ("Usage:", "Try '", "Error:"))
+    assert result.stdout == ""
+    doc = json_error(cli(*argv, "--json"))
+    assert doc["exit_code"] == 64 and doc["command"] == command
+    assert doc["hint"] == hint.removeprefix("hint: ") and doc["message"] in first

@@ -58,3 +58,45 @@ def test_sigint_exits_130_with_two_lines(args: list[str]) -> None:
     lines = done.stderr.strip().splitlines()
     assert lines[-2] == "runx-actors: interrupted (SIGINT)" and lines[-1].startswith("hint: ")
     assert "FAIL" not in done.stdout and "escaped into the runtime" not in done.stdout
+
+
+#: Start the command the way its console script or ``python -m`` does, with a Ctrl-C
+#: that lands while the module *IMPORTING* is being imported: the process sends itself
+#: SIGINT from the import system's finder, and Python raises KeyboardInterrupt inside
+#: that import (what a user's Ctrl-C in the first ~0.4 s did, deterministically).
+_EARLY_CTRL_C = """
+import os, signal, sys
+when, way = sys.argv[1], sys.argv[2]
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == when:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["runx-actors", *sys.argv[3:]]
+if way == "console script":
+    from importlib.metadata import entry_points
+    (script,) = entry_points(group="console_scripts", name="runx-actors")
+    sys.exit(script.load()())
+import runpy
+runpy.run_module("runx_actors", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("way", ["console script", "python -m runx_actors"])
+@pytest.mark.parametrize("importing", ["runx_actors.protocol", "attrs", "click", "rich",
+                                       "runx_actors.check", "runx_actors.cli"])
+def test_sigint_during_the_imports_exits_130_with_two_lines(way: str, importing: str
+                                                            ) -> None:
+    """RUN-CLI-1: a Ctrl-C before the CLI's modules are loaded printed a raw
+    KeyboardInterrupt traceback (the console script imported runx_actors.cli, and the
+    package root the protocol core, before any handler existed)."""
+    done = subprocess.run([sys.executable, "-c", _EARLY_CTRL_C, importing, way, "check",
+                           "--max-states", "10"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.splitlines() == ["runx-actors: interrupted (SIGINT)",
+                                        done.stderr.splitlines()[1]]
+    assert done.stderr.splitlines()[1].startswith("hint: ") and done.stdout == ""

@@ -8,6 +8,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+import referencing.exceptions
 import trio
 
 from runx_actors.executors import ScriptedModel, Tool, open_local_executor, python_tool, reply
@@ -60,8 +61,50 @@ def test_the_oracle_agrees_the_schema_cannot_serve_object_arguments(
     assert not isinstance(parameters, dict) or not cls(parameters).is_valid({})
 
 
+#: (parameters, arguments reaching the $ref): a $ref that resolves to nothing; each was
+#: accepted at creation and made every call reaching it fail invalid_arguments
+UNRESOLVABLE = [
+    ({"type": "object", "properties": {"n": {"$ref": "#/$defs/missing"}}}, {"n": 1}),
+    ({"type": "object", "$ref": "#/nope"}, {}),
+    ({"type": "object", "properties": {"n": {"$ref": "#no-such-anchor"}}}, {"n": 1}),
+    ({"type": "object", "properties": {"n": {"$ref": "https://example.com/n.json"}}},
+     {"n": 1}),
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+      "properties": {"n": {"$ref": "#/definitions/gone"}}}, {"n": 1}),
+    ({"type": "object", "properties": {"n": {"items": {"$ref": "#/$defs/x"}}}},
+     {"n": [1]}),
+]
+
+
+@pytest.mark.parametrize(("parameters", "arguments"), UNRESOLVABLE)
+def test_a_ref_that_resolves_to_nothing_is_refused_at_creation(
+        parameters: Any, arguments: Any) -> None:
+    # the oracle: jsonschema itself cannot validate arguments that reach the $ref
+    cls = jsonschema.validators.validator_for(parameters,
+                                              default=jsonschema.Draft202012Validator)
+    with pytest.raises(referencing.exceptions.Unresolvable):
+        cls(parameters).is_valid(arguments)
+    with pytest.raises(ValidationError) as refused:
+        python_tool(echo, ref="t.a", name="a", parameters=parameters)
+    assert "$ref" in str(refused.value) and refused.value.tool_ref == "t.a"
+
+
 @pytest.mark.parametrize("parameters", [
     None, {}, {"type": "object"}, {"type": ["object", "null"]},
+    {"type": "object", "properties": {"n": {"$ref": "#/$defs/n"}},
+     "$defs": {"n": {"type": "integer"}}},
+    {"type": "object", "properties": {"n": {"$ref": "#/$defs/a%20b"}},
+     "$defs": {"a b": {"type": "integer"}}},
+    {"type": "object", "properties": {"n": {"$ref": "#n"}},
+     "$defs": {"n": {"$anchor": "n", "type": "integer"}}},
+    {"type": "object", "properties": {"n": {"$id": "https://example.com/n",
+                                            "$ref": "#/$defs/i",
+                                            "$defs": {"i": {"type": "integer"}}}}},
+    {"type": "object", "properties": {"n": {"enum": [{"$ref": "#/data, not a ref"}]}}},
+    {"type": "object", "properties": {"n": {"$ref": "https://json-schema.org/draft/2020-12/schema"}}},
+    {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+     "properties": {"n": {"$ref": "#/definitions/n"}},
+     "definitions": {"n": {"type": "integer"}}},
     {"properties": {"n": {"type": "integer"}}, "required": ["n"]},
     {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
      "properties": {"n": {"type": "integer", "minimum": 0}}},

@@ -406,7 +406,8 @@ def test_a_hostile_name_is_refused_in_one_line(tmp_path: Path, option: list[str]
                  tmp_path, **env)
     if option:
         assert_clean(result, {64})
-        error = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+        error = [line for line in result.output.splitlines()
+                 if line.startswith("runx-actors: skill: ")]
         assert len(error) == 1 and "Invalid value for '--scope'" in error[0] \
             and what in error[0], result.output
     else:

@@ -176,7 +176,10 @@ def test_harness_unknown_and_retired_keys(tmp_path: Path, variant: str, message:
             {"name": "probe", "kind": "mcp", "target": "..", "inputs": {}}), encoding="utf-8")
     result = invoke(["harness", str(package), "-R", "D", "--json"], tmp_path)
     assert result.exit_code == 1
-    assert result.stdout == ""
+    # no §8.4 report: stdout is the CLI's one JSON error object (RUN-CLI-2)
+    error = json.loads(result.stdout)
+    assert "status" not in error and error["error"] == "HarnessError"
+    assert error["exit_code"] == 1 and message in error["message"]
     assert result.stderr.startswith(f"runx-actors: package harness failed for {package}: ")
     assert message in result.stderr
     assert receipt_files(tmp_path / "D") == []

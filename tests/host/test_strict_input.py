@@ -25,7 +25,7 @@ from runx_actors._strictread import (
     read_regular_file,
 )
 from runx_actors.host.context import read_front_matter
-from runx_actors.host.errors import PackageError
+from runx_actors.host.errors import InputContractError, PackageError
 from runx_actors.host.package import load_package
 
 
@@ -83,6 +83,89 @@ def test_a_list_field_given_a_mapping_or_a_string_is_refused(package: Path,
     _xyaml(package).write_text(text.replace(old, line, 1))
     err = _load_error(package)
     assert "expected a list" in str(err), str(err)
+
+
+@pytest.mark.parametrize(("allowed", "stray"), [
+    ("[fs.read, fs.delete]", ["fs.delete"]),
+    ("[net.fetch, fs.read, shell.run]", ["net.fetch", "shell.run"]),
+])
+def test_allowed_tools_outside_the_catalog_are_refused(package: Path, tmp_path: Path,
+                                                        allowed: str,
+                                                        stray: list[str]) -> None:
+    """A scripted-run runner's executor holds exactly its ``tools``: an allowed tool that
+    is not among them passed the gate and failed every call ``tool_lookup_failed`` (after
+    the Run and its receipt were written). Refused at load, naming the tool; the CLI
+    exits 1 like every invalid package, writing nothing."""
+    text = _xyaml(package).read_text()
+    changed = text.replace("    allowed_tools: [fs.read]      # ALLOWED_TOOLS",
+                           f"    allowed_tools: {allowed}      # ALLOWED_TOOLS", 1)
+    assert changed != text
+    _xyaml(package).write_text(changed)
+    err = _load_error(package)
+    assert err.reason == "allowed_tool_not_offered" and err.attrs["tools"] == stray
+    assert all(repr(tool) in str(err) for tool in stray) and "runner turn" in str(err)
+
+    from click.testing import CliRunner
+
+    from runx_actors.cli import main
+
+    env = {"RUNX_RECEIPT_SIGN_KID": "runx-demo-key",
+           "RUNX_RECEIPT_SIGN_ED25519_SEED_BASE64": "QkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkI=",
+           "RUNX_RECEIPT_SIGN_ISSUER_TYPE": "hosted", "RUNX_CWD": str(package / "workspace"),
+           "RUNX_ACTORS_STORE": ""}
+    out = CliRunner().invoke(main, [
+        "skill", str(package), "--store", str(tmp_path / "store"), "-R",
+        str(tmp_path / "receipts"), "-i", "loop_id=l", "-i", "turn_index=1", "-i",
+        "max_turns=3", "-i", "objective=o", "-i", f"requested_tool={stray[0]}", "--json"],
+        env=env, catch_exceptions=False)
+    assert out.exit_code == 1, out.output
+    assert json.loads(out.stdout)["reason"] == "allowed_tool_not_offered"
+    assert out.stderr.startswith("runx-actors: skill: runner turn: allowed_tools names ")
+    assert not (tmp_path / "store").exists() and not (tmp_path / "receipts").exists()
+
+
+@pytest.mark.parametrize(("declared", "field"), [
+    ("scenario: {type: string, default: 7}", "scenario"),
+    ("scenario: {type: string, default: [success]}", "scenario"),
+    ("requested_tool: {type: string, default: ''}", "requested_tool"),
+    ("count: {type: number, default: three}", "count"),
+    ("count: {type: number, default: 9007199254740993}", "count"),
+    ("count: {type: number, default: true}", "count"),
+    ("dry_run: {type: boolean, default: 'no'}", "dry_run"),
+])
+def test_a_default_of_the_wrong_type_is_the_package_authors_error(
+        package: Path, declared: str, field: str) -> None:
+    """A default that its own declaration refuses was reported as the caller's input
+    error (InputContractError, "check the inputs"): it is the package's (PackageError,
+    reason invalid_default, the runner and field named), at load, before any input."""
+    text = _xyaml(package).read_text()
+    old = "      scenario: {type: string, default: success}"
+    line = f"      {declared}"
+    if not declared.startswith("scenario"):
+        line = f"{old}\n{line}"
+        if field == "requested_tool":
+            line = old + "\n      requested_tool: {type: string, default: ''}"
+            text = text.replace("      requested_tool: {type: string, default: fs.read}\n",
+                                "", 1)
+    changed = text.replace(old, line, 1)
+    assert changed != text
+    _xyaml(package).write_text(changed)
+    err = _load_error(package)
+    assert not isinstance(err, InputContractError)
+    assert err.reason == "invalid_default", str(err)
+    assert (err.attrs["runner"], err.attrs["field"]) == ("turn", field)
+    assert str(err).startswith(f"runner turn: input {field}: the default ")
+
+
+def test_a_graph_step_may_allow_tools_the_agent_provides(package: Path) -> None:
+    """A graph step's allowed_tools go to the agent's envelope (§6.4): its tools are the
+    agent's, not a catalog of the package, so they are not checked against one."""
+    text = _xyaml(package).read_text()
+    changed = text.replace("        allowed_tools: [fs.read]\n",
+                           "        allowed_tools: [fs.read, web.search]\n", 1)
+    assert changed != text
+    _xyaml(package).write_text(changed)
+    assert "web.search" in load_package(package).runner("context-gate").allowed_tools
 
 
 def test_a_step_field_given_a_string_is_refused(package: Path) -> None:

@@ -53,6 +53,48 @@ def test_the_store_parameter_is_a_protocol_not_any(tmp_path: pathlib.Path) -> No
     assert out.returncode == 1 and "arg-type" in out.stdout, out.stdout + out.stderr
 
 
+def test_host_config_receipts_and_signer_are_protocols_not_any(tmp_path: pathlib.Path
+                                                               ) -> None:
+    """``HostConfig.receipts`` / ``.signer`` were ``Any``: a path or a key string type-
+    checked and failed at the first seal. They are the ``ReceiptRepository`` /
+    ``ReceiptSigner`` Protocols: the library's classes and a user's own store pass, a
+    wrong object is an ``arg-type`` error for each field."""
+    user = tmp_path / "user"
+    user.mkdir()
+    good = user / "good.py"
+    good.write_text(
+        "from pathlib import Path\n\n"
+        "from runx_actors.host import HostConfig\n"
+        "from runx_actors.host.receipts import (PutOutcome, Receipt, ReceiptStore, Signer,\n"
+        "                                       Verifier)\n\n\n"
+        "class MyReceipts:\n"
+        "    def __init__(self) -> None:\n"
+        "        self.inner = ReceiptStore(Path('d'), verifier=Verifier())\n\n"
+        "    def put(self, receipt: Receipt) -> PutOutcome:\n"
+        "        return self.inner.put(receipt)\n\n"
+        "    def get(self, receipt_id: str) -> Receipt:\n"
+        "        return self.inner.get(receipt_id)\n\n"
+        "    def find(self, intent_key: str, uri: str) -> tuple[Receipt, ...]:\n"
+        "        return self.inner.find(intent_key, uri)\n\n\n"
+        "signer = Signer.demo()\n"
+        "HostConfig(receipts=ReceiptStore(Path('d'), verifier=Verifier()), signer=signer,\n"
+        "           workspace=Path('.'))\n"
+        "HostConfig(receipts=MyReceipts(), signer=signer, workspace=Path('.'))\n")
+    bad = user / "bad.py"
+    bad.write_text(
+        "from pathlib import Path\n\n"
+        "from runx_actors.host import HostConfig\n"
+        "from runx_actors.host.receipts import Signer\n\n"
+        "HostConfig(receipts=Path('receipts'), signer=Signer.demo(), workspace=Path('.'))\n"
+        "HostConfig(receipts=None, signer='runx-demo-key', workspace=Path('.'))\n")
+    assert _mypy(tmp_path, good).returncode == 0, _mypy(tmp_path, good).stdout
+    out = _mypy(tmp_path, bad)
+    errors = [line for line in out.stdout.splitlines() if "[arg-type]" in line]
+    assert out.returncode == 1 and len(errors) == 3, out.stdout + out.stderr
+    assert any('"receipts"' in e and '"Path"' in e for e in errors), errors
+    assert any('"signer"' in e and '"str"' in e for e in errors), errors
+
+
 def test_py_typed_marker_is_shipped() -> None:
     assert (pathlib.Path(runx_actors.__file__).parent / "py.typed").is_file()
     assert '"runx_actors" = ["py.typed"]' in (ROOT / "pyproject.toml").read_text()

@@ -294,6 +294,49 @@ async def test_schema_is_checked(postgres_schema: NewSchema) -> None:
             pass  # pragma: no cover
 
 
+def _free_port() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("broken", ["refused port", "missing database", "bad dsn",
+                                    "lost after the probe"])
+async def test_an_unreachable_database_is_typed_and_masked(
+        postgres_dsn: str, monkeypatch: Any, broken: str) -> None:
+    """RUN-CLI-2 for the API: ``open_postgres_store`` raises the CLI's
+    StoreUnreachableError (never psycopg_pool.PoolTimeout or a psycopg error), and its
+    message and ``target`` never hold the password."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    import runx_actors.store.postgres as pg
+    from runx_actors.store.postgres import StoreUnreachableError
+
+    params = {**conninfo_to_dict(postgres_dsn), "password": "s3cret"}
+    refused = make_conninfo(**{**params, "host": "127.0.0.1", "port": _free_port()})
+    dsn = {"refused port": refused,
+           "missing database": make_conninfo(**{**params, "dbname": "missing_db"}),
+           "bad dsn": "host=127.0.0.1 password='s3cret",
+           "lost after the probe": make_conninfo(**params)}[broken]
+    if broken == "lost after the probe":  # the server answers the probe, then is gone
+        real = pg.make_pool
+        monkeypatch.setattr(pg, "make_pool", lambda _dsn, **kw: real(refused, **kw))
+    with pytest.raises(StoreUnreachableError) as err:
+        async with open_postgres_store(dsn, timeout=1):
+            pass  # pragma: no cover
+    exc = err.value
+    assert exc.reason == ("bad_dsn" if broken == "bad dsn" else "unreachable")
+    assert "s3cret" not in str(exc) and "s3cret" not in exc.target  # type: ignore[attr-defined]
+    assert exc.hint  # type: ignore[attr-defined]
+    if broken != "bad dsn":
+        assert "password=***" in exc.target  # type: ignore[attr-defined]
+        assert isinstance(exc.__cause__, Exception)
+    if broken == "missing database":
+        assert "missing_db" in str(exc)
+
+
 async def test_closed_store_refuses(postgres_schema: NewSchema) -> None:
     async with open_postgres_store(postgres_schema()) as store:
         w = await store.open(SCOPE)

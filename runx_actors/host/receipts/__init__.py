@@ -12,6 +12,9 @@ verification (loop-host §4, §5; architecture §6).
   :class:`Finding`.
 * **Store** (§5.1, §5.2): :class:`ReceiptStore` (``put``/``get``/``list``/``index``/
   ``find``).
+* **What the host needs** of an identity and a store: the Protocols
+  :class:`ReceiptSigner` (``Signer`` is one) and :class:`ReceiptRepository`
+  (``ReceiptStore`` is one), the types of ``HostConfig.signer`` / ``.receipts``.
 * **Directory, chain and single verification** (§5.4, §2.5): :func:`verify_directory`,
   :func:`verify_chain`, :func:`verify_receipt_bytes`; ``verify`` command:
   :func:`verify_command` with :func:`format_report` / :func:`format_verdict`.
@@ -93,6 +96,8 @@ from ._model import SubjectKind as SubjectKind
 from ._model import is_receipt_id as is_receipt_id
 from ._model import receipt_file_name as receipt_file_name
 from ._model import receipt_uri as receipt_uri
+from ._ports import ReceiptRepository as ReceiptRepository
+from ._ports import ReceiptSigner as ReceiptSigner
 from ._seal import seal_receipt as seal_receipt
 from ._signing import DEMO_KID as DEMO_KID
 from ._signing import DEMO_SEED_BASE64 as DEMO_SEED_BASE64
@@ -148,7 +153,7 @@ __all__ = [
     # sealing and identity (§4.4, §4.5)
     "seal_receipt", "Signer", "Keyring", "SIGNING_REQUIRED_MESSAGE", "DEMO_KID",
     "DEMO_SEED_BASE64", "signer_from_env", "require_signer", "demo_signer_from_env",
-    "keyring_from_env",
+    "keyring_from_env", "ReceiptSigner", "ReceiptRepository",
     # verification (§4.6)
     "SignatureMode", "SignatureStatus", "Verifier", "ReceiptVerification", "Finding",
     "FindingCode", "INFORMATIONAL_CODES", "body_digest", "content_address",

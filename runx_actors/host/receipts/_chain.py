@@ -18,7 +18,7 @@ from ._errors import ReceiptAmbiguousError, ReceiptCorruptError, ReceiptNotFound
 from ._findings import Finding, FindingCode, is_valid
 from ._json import pointer
 from ._model import Receipt, receipt_uri
-from ._store import ReceiptStore
+from ._ports import ReceiptRepository
 
 __all__ = ["ChainReport", "verify_chain"]
 
@@ -37,7 +37,7 @@ class ChainReport:
         return is_valid(self.findings)
 
 
-def _load(store: ReceiptStore, position: int, receipt_id: str,
+def _load(store: ReceiptRepository, position: int, receipt_id: str,
           findings: list[Finding]) -> Receipt | None:
     here = pointer(position)
     try:
@@ -85,7 +85,7 @@ def _check_previous(position: int, receipt: Receipt, previous_id: str | None,
         findings.append(Finding(FindingCode.PREVIOUS_MISMATCH, path, "; ".join(problems)))
 
 
-def verify_chain(store: ReceiptStore, receipt_ids: Sequence[str]) -> ChainReport:
+def verify_chain(store: ReceiptRepository, receipt_ids: Sequence[str]) -> ChainReport:
     """Verify the ordered chain *receipt_ids* (turn 1 first) (loop-host §2.5 [ours]).
 
     Every receipt must be readable and verify on ``get`` (its proof findings are

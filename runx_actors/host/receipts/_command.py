@@ -17,7 +17,9 @@ from collections.abc import Mapping, Sequence
 from typing import BinaryIO
 
 import attrs
+import click
 
+from ..._clierror import error_json
 from ._errors import (
     KeyringConfigError,
     ReceiptDirectoryNotFoundError,
@@ -60,8 +62,13 @@ class CommandResult:
     stderr: str = ""
 
 
-def _error(message: str, code: int = EXIT_ERROR, hint: str = "") -> CommandResult:
-    return CommandResult(exit_code=code, stderr=_PREFIX + message + "\n"
+def _error(exc: BaseException, as_json: bool, code: int = EXIT_ERROR) -> CommandResult:
+    """*exc* on stderr (``runx-actors: verify: <message>`` and its ``hint:`` line), and
+    with *as_json* also the CLI's one JSON error object on stdout (RUN-CLI-2)."""
+    hint = _hint_for(exc)
+    return CommandResult(exit_code=code,
+                         stdout=error_json("verify", exc, code, hint) if as_json else "",
+                         stderr=_PREFIX + " ".join(str(exc).split()) + "\n"
                          + (f"hint: {hint}\n" if hint else ""))
 
 
@@ -73,6 +80,7 @@ _ERROR_HINTS: tuple[tuple[type[BaseException], str], ...] = (
     (ReceiptDirectoryNotFoundError, "pass -R D (or set RUNX_RECEIPT_DIR) naming an "
                                     "existing receipt directory"),
     (OSError, "check that the path exists and is readable"),
+    (click.UsageError, "see `runx-actors verify --help`"),
 )
 
 
@@ -103,13 +111,14 @@ def verify_command(
     identity). Exit codes: 0 valid; 3 verification found something invalid; 1 an I/O,
     parse or configuration error (missing directory, unknown receipt id, unreadable,
     non-JSON or oversized single input); 64 a usage error (``--receipt`` combined with a
-    receipt id or ``-R``). Errors go to stderr prefixed ``runx-actors: verify:``; a
+    receipt id or ``-R``). Errors go to stderr prefixed ``runx-actors: verify:`` (with
+    *as_json* also one JSON error object on stdout, ``runx_actors._clierror``'s shape); a
     ``KeyUnknown`` finding adds :data:`KEY_UNKNOWN_HINT` on stderr (the verdict and exit
     code are unchanged). Raises nothing.
     """
     if receipt is not None and (receipt_id is not None or receipt_dir is not None):
-        return _error("--receipt cannot be combined with a receipt-id or -R/--receipt-dir",
-                      EXIT_USAGE)
+        return _error(click.UsageError("--receipt cannot be combined with a receipt-id or "
+                                       "-R/--receipt-dir"), as_json, EXIT_USAGE)
     mode = (SignatureMode.LOCAL_DEVELOPMENT if allow_local_development_signatures
             else SignatureMode.PRODUCTION)
     try:
@@ -127,7 +136,5 @@ def verify_command(
                              stdout=format_report(report, as_json=as_json),
                              stderr=_hint([f for t in report.trees for f in t.findings]))
     except (KeyringConfigError, SigningConfigError, ReceiptDirectoryNotFoundError,
-            ReceiptNotFoundError, ReceiptInputError) as exc:
-        return _error(str(exc), hint=_hint_for(exc))
-    except OSError as exc:
-        return _error(str(exc), hint=_hint_for(exc))
+            ReceiptNotFoundError, ReceiptInputError, OSError) as exc:
+        return _error(exc, as_json)

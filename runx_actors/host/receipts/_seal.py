@@ -7,23 +7,26 @@ same draft with the same key gives identical bytes (§2.3 step 8.3, §2.6).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._c14n import receipt_canonical_json
 from ._codec import draft_to_json, unstructure
 from ._errors import ReceiptSealError
 from ._json import thaw_json
 from ._model import Receipt, ReceiptDraft
-from ._signing import Signer
 from ._verify import SignatureMode, Verifier, body_digest, content_address
+
+if TYPE_CHECKING:
+    from ._ports import ReceiptSigner
 
 __all__ = ["seal_receipt"]
 
 _PROOF_FIELDS = ("id", "signature", "digest", "metadata")
 
 
-def seal_receipt(draft: ReceiptDraft | Mapping[str, Any], signer: Signer) -> Receipt:
-    """Seal *draft* with *signer* (loop-host §4.4) and return the sealed receipt.
+def seal_receipt(draft: ReceiptDraft | Mapping[str, Any], signer: ReceiptSigner) -> Receipt:
+    """Seal *draft* with *signer* (loop-host §4.4; a :class:`~._signing.Signer`, or
+    anything :class:`~._ports.ReceiptSigner` describes) and return the sealed receipt.
 
     1. Build the body without ``id``, ``signature``, ``digest`` (and ``metadata``, which
        we never write), and set ``issuer`` from the signing identity.
