@@ -61,8 +61,13 @@ def test_a_heap_the_caller_froze_is_left_alone(thawed: None) -> None:
     assert before > 0
     model = _Watched(40)
     check_model(model, progress=False)
-    assert gc.get_freeze_count() == before  # neither more frozen nor thawed
-    assert set(model.frozen) == {before}
+    # Neither more frozen nor thawed. The count may only fall: a frozen object that
+    # another thread or a finaliser frees leaves the permanent generation (seen once
+    # under load), so equality would be flaky; a search that froze its own heap raises
+    # the count past *before*, one that thawed the caller's drops it to 0.
+    after = gc.get_freeze_count()
+    assert 0 < after <= before
+    assert all(0 < n <= before for n in model.frozen)
 
 
 def test_nothing_is_frozen_with_the_collector_disabled(thawed: None) -> None:
