@@ -320,6 +320,19 @@ def test_every_json_error_is_the_one_error_object(tmp_path: Path, case: str) -> 
     assert doc["message"] in " ".join(result.stderr.split()), (doc, result.stderr)
 
 
+def test_a_half_set_verify_key_is_the_one_error_object_with_a_hint(tmp_path: Path) -> None:
+    """RUN-CLI-2: a verify key given without its kid (KeyringConfigError) printed an
+    empty hint in the JSON object and no ``hint:`` line; it now has both."""
+    (tmp_path / "d").mkdir()
+    result = cli("verify", "-R", str(tmp_path / "d"), "--json",
+                 RUNX_RECEIPT_VERIFY_ED25519_PUBLIC_KEY_BASE64="AAAA")
+    assert result.exit_code == 1, result.output
+    doc = json_error(result)
+    assert (doc["command"], doc["error"]) == ("verify", "KeyringConfigError"), doc
+    assert "RUNX_RECEIPT_VERIFY_KID" in doc["hint"], doc
+    assert result.stderr.splitlines()[1] == f"hint: {doc['hint']}", result.stderr
+
+
 @pytest.mark.parametrize(("argv", "command"), [
     (["nosuch"], ""),
     (["--bogus"], ""),

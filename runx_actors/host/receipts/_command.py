@@ -79,6 +79,11 @@ _ERROR_HINTS: tuple[tuple[type[BaseException], str], ...] = (
     (ReceiptNotFoundError, "`runx-actors verify -R D` lists the receipt trees of D"),
     (ReceiptDirectoryNotFoundError, "pass -R D (or set RUNX_RECEIPT_DIR) naming an "
                                     "existing receipt directory"),
+    (KeyringConfigError, "set RUNX_RECEIPT_VERIFY_KID and "
+                         "RUNX_RECEIPT_VERIFY_ED25519_PUBLIC_KEY_BASE64 together (the key "
+                         "is the 32-byte raw Ed25519 public key in base64), or neither"),
+    (SigningConfigError, "fix or unset the RUNX_RECEIPT_* variables named above; "
+                         "`runx-actors verify --help`"),
     (OSError, "check that the path exists and is readable"),
     (click.UsageError, "see `runx-actors verify --help`"),
 )
