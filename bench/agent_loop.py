@@ -82,6 +82,9 @@ from runx_actors.protocol.values import (
 )
 from runx_actors.runtime import LoopDisposition, Settings, open_runtime
 from runx_actors.store.memory import MemoryStore
+# imported here, not in the functions: the restart's timed part opens the store, it does
+# not import (and compile, under PYTHONDONTWRITEBYTECODE) the store's modules
+from runx_actors.store.sqlite import open_sqlite_store
 
 #: Objects :func:`_deep_size` never enters (shared by every Run, or another Run's).
 _NO_ENTER = (type, type(sys), type(len), type(lambda: 0), type((lambda: 0).__code__),
@@ -133,8 +136,6 @@ async def _store(kind: str, path: str) -> Any:
     if kind == "memory":
         yield MemoryStore()
     else:
-        from runx_actors.store.sqlite import open_sqlite_store
-
         async with open_sqlite_store(path) as store:
             yield store
 
@@ -479,8 +480,6 @@ async def resume_time(n: int, workdir: str, profile: str = "", rounds: int = 1,
     transport modelled); *freeze* does not apply (no gc.freeze() there). "both":
     alternate same (with *freeze*) and fresh rounds.
     """
-    from runx_actors.store.sqlite import open_sqlite_store
-
     gate = trio.Event()
 
     async def blocked() -> dict[str, bool]:
@@ -626,8 +625,6 @@ async def _timed_restart(path: str, ex: Any, tool: Any, settings: Settings, n: i
     stops (the profiler's end). Returns the figures: open and resume seconds (wall and
     this process's CPU), the collector's time and collections, and what the open found
     (active Runs, watched keys, recovery commits)."""
-    from runx_actors.store.sqlite import open_sqlite_store
-
     gc_time = _GcTimer()
     start = time.perf_counter()
     cpu_start = time.process_time()

@@ -347,9 +347,14 @@ def rebuild_projection(
     run_facts: RunFacts, conn: Any, scope: Scope,
     rows: Iterable[tuple[RunID, int, int | None, Any]],
     orphan: tuple[RunID, int] | None = None,
+    cached: set[RunID] | None = None,
 ) -> dict[RunID, Snapshot]:
     """The active Runs' snapshots from ``(run_id, head, cached position, cached state)``
     rows of the active Runs: cache entry plus the log tail, else a full fold.
+
+    *cached*, when given, receives the ids of the Runs whose snapshot is their cache
+    entry as it is stored: cached at the head, decoded and taken with no tail (a clean
+    close's entry). A writer need not write those entries again (SQLite's checkpoint).
 
     *orphan* is the first ``(run_id, position)`` of an active Run's event whose commit
     is not in the commit-id index, or None (one query over the scope, by the caller):
@@ -369,6 +374,9 @@ def rebuild_projection(
         if cached_data is not None and cached_position is not None and cached_position <= head:
             state = _from_cache(run_facts, conn, scope, run_id, head, cached_position,
                                 cached_data)
+            if state is not None and cached is not None and cached_position == head \
+                    and state.status is RunStatus.ACTIVE:
+                cached.add(run_id)
         if state is None:
             facts = run_facts(conn, scope, run_id)
             if len(facts) - 1 != head:
