@@ -371,12 +371,12 @@ def rebuild_projection(
     out: dict[RunID, Snapshot] = {}
     for run_id, head, cached_position, cached_data in rows:
         state = None
+        as_stored = False
         if cached_data is not None and cached_position is not None and cached_position <= head:
             state = _from_cache(run_facts, conn, scope, run_id, head, cached_position,
                                 cached_data)
-            if state is not None and cached is not None and cached_position == head \
-                    and state.status is RunStatus.ACTIVE:
-                cached.add(run_id)
+            # the entry itself, no tail folded onto it (None: refused, folded below)
+            as_stored = state is not None and cached_position == head
         if state is None:
             facts = run_facts(conn, scope, run_id)
             if len(facts) - 1 != head:
@@ -387,6 +387,8 @@ def rebuild_projection(
             state = fold_run(facts, run_id=run_id)
         if state.status is RunStatus.ACTIVE:
             out[run_id] = Snapshot(state, head)
+            if as_stored and cached is not None:
+                cached.add(run_id)
     return out
 
 

@@ -65,7 +65,7 @@ class WriterState(WriterStateBase):
         #: projection (read so at open, or written by a committed group since): the
         #: checkpoint at close does not write them again. A change of the Run's snapshot
         #: takes it out; only a committed cache write of that very snapshot puts it in.
-        self.cached: set[RunID] = set(cached or ())
+        self.cached: set[RunID] = cached if cached is not None else set()
 
     def apply(self, run_id: RunID, snapshot: Snapshot) -> None:
         """Set *run_id*'s snapshot in the writer's projection (under its lock), after the

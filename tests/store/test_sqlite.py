@@ -599,6 +599,26 @@ async def test_clean_close_writes_a_run_moved_past_its_entry_in_the_same_group(
     assert _cache_writes(path) == [("run-a", "update", head)]
 
 
+async def test_clean_close_writes_an_entry_the_open_folded_a_tail_onto(
+        tmp_path: Path) -> None:
+    """A writer that did not close cleanly (fenced) leaves a Run's entry behind its head;
+    the next open folds the tail onto it, so the entry is not the Run's snapshot and that
+    writer's close writes it at the head."""
+    path = tmp_path / "s.sqlite3"
+    await _cached_store(path)
+    _audit_cache_writes(path)
+    async with open_sqlite_store(path) as store:
+        w1 = await store.open(SCOPE)
+        await _commit(w1, "run-b", b.start_model((await w1.run_store().load("run-b")).state))
+        w2 = await store.open(SCOPE)  # fences w1: its close writes nothing
+        await w1.aclose()
+        assert _cache_writes(path) == []
+        head = w2.projection()["run-b"].position
+        assert (await _cached(path))["run-b"].position < head
+        await w2.aclose()
+    assert _cache_writes(path) == [("run-b", "update", head)]
+
+
 @pytest.mark.parametrize("entry", ["damaged", "missing"])
 async def test_clean_close_rewrites_an_entry_the_open_could_not_use(
         tmp_path: Path, entry: str) -> None:
