@@ -82,9 +82,7 @@ from runx_actors.protocol.values import (
 )
 from runx_actors.runtime import LoopDisposition, Settings, open_runtime
 from runx_actors.store.memory import MemoryStore
-# imported here, not in the functions: the restart's timed part opens the store, it does
-# not import (and compile, under PYTHONDONTWRITEBYTECODE) the store's modules
-from runx_actors.store.sqlite import open_sqlite_store
+from runx_actors.store.sqlite import open_sqlite_store  # not in the timed part: see there
 
 #: Objects :func:`_deep_size` never enters (shared by every Run, or another Run's).
 _NO_ENTER = (type, type(sys), type(len), type(lambda: 0), type((lambda: 0).__code__),
@@ -630,6 +628,8 @@ async def _timed_restart(path: str, ex: Any, tool: Any, settings: Settings, n: i
     this process's CPU), the collector's time and collections, what the open found
     (active Runs, watched keys, recovery commits), and the close's seconds (wall and CPU,
     measured apart: the runtime's and the store's close, the writer's checkpoint)."""
+    # open_sqlite_store is imported with the module: the timed part opens the store, it
+    # does not import (and, under PYTHONDONTWRITEBYTECODE, compile) the store's modules
     gc_time = _GcTimer()
     start = time.perf_counter()
     cpu_start = time.process_time()
