@@ -82,6 +82,7 @@ from runx_actors.protocol.values import (
 )
 from runx_actors.runtime import LoopDisposition, Settings, open_runtime
 from runx_actors.store.memory import MemoryStore
+from runx_actors.store.sqlite import open_sqlite_store  # not in the timed part: see there
 
 #: Objects :func:`_deep_size` never enters (shared by every Run, or another Run's).
 _NO_ENTER = (type, type(sys), type(len), type(lambda: 0), type((lambda: 0).__code__),
@@ -133,8 +134,6 @@ async def _store(kind: str, path: str) -> Any:
     if kind == "memory":
         yield MemoryStore()
     else:
-        from runx_actors.store.sqlite import open_sqlite_store
-
         async with open_sqlite_store(path) as store:
             yield store
 
@@ -479,8 +478,6 @@ async def resume_time(n: int, workdir: str, profile: str = "", rounds: int = 1,
     transport modelled); *freeze* does not apply (no gc.freeze() there). "both":
     alternate same (with *freeze*) and fresh rounds.
     """
-    from runx_actors.store.sqlite import open_sqlite_store
-
     gate = trio.Event()
 
     async def blocked() -> dict[str, bool]:
@@ -512,12 +509,16 @@ async def resume_time(n: int, workdir: str, profile: str = "", rounds: int = 1,
         with open(handover, "w") as f:
             json.dump(_handover(ex), f)
         for round_ in range(rounds):
+            # what the round's open finds on disk: the store file and a WAL left over
+            files = {"store_bytes": os.path.getsize(path),
+                     "wal_bytes": os.path.getsize(path + "-wal")
+                     if os.path.exists(path + "-wal") else 0}
             if process == "fresh" or (process == "both" and round_ % 2 == 1):
                 out = subprocess.run(
                     [sys.executable, __file__, "--resume-child", path, "--resume-only",
                      str(n), "--handover", handover],
                     capture_output=True, text=True, check=True)
-                results.append(json.loads(out.stdout))
+                results.append({**json.loads(out.stdout), **files})
                 continue
             gc.collect()
             # the set-up's survivors — the executor, its records and the tools' tasks —
@@ -542,7 +543,7 @@ async def resume_time(n: int, workdir: str, profile: str = "", rounds: int = 1,
                     profiler.dump_stats(profile)
 
             timed = await _timed_restart(path, ex, tool, settings, n, stop_profile)
-            results.append({**timed, "gc_frozen": frozen, "process": "same"})
+            results.append({**timed, "gc_frozen": frozen, "process": "same", **files})
             gc.unfreeze()
         gate.set()
     # cpu: this process's CPU time (every thread, the SQLite writer included), which a
@@ -624,10 +625,11 @@ async def _timed_restart(path: str, ex: Any, tool: Any, settings: Settings, n: i
     the SQLite store and the runtime, until the Watcher has registered every one of the
     *n* kept keys and every task is blocked. *on_resumed* runs right after the clock
     stops (the profiler's end). Returns the figures: open and resume seconds (wall and
-    this process's CPU), the collector's time and collections, and what the open found
-    (active Runs, watched keys, recovery commits)."""
-    from runx_actors.store.sqlite import open_sqlite_store
-
+    this process's CPU), the collector's time and collections, what the open found
+    (active Runs, watched keys, recovery commits), and the close's seconds (wall and CPU,
+    measured apart: the runtime's and the store's close, the writer's checkpoint)."""
+    # open_sqlite_store is imported with the module: the timed part opens the store, it
+    # does not import (and, under PYTHONDONTWRITEBYTECODE, compile) the store's modules
     gc_time = _GcTimer()
     start = time.perf_counter()
     cpu_start = time.process_time()
@@ -646,12 +648,17 @@ async def _timed_restart(path: str, ex: Any, tool: Any, settings: Settings, n: i
         if on_resumed is not None:
             on_resumed()
         stats = watcher.statistics()
-        return {"active": len(rt.writer.projection()), "watched_keys": stats.keys,
-                "recovery_commits": rt.recovered, "open_seconds": opened - start,
-                "resume_seconds": resumed - start,
-                "open_cpu_seconds": cpu_opened - cpu_start,
-                "resume_cpu_seconds": cpu_resumed - cpu_start,
-                "gc_seconds": gc_time.seconds, "gc_collections": gc_time.collections}
+        figures = {"active": len(rt.writer.projection()), "watched_keys": stats.keys,
+                   "recovery_commits": rt.recovered, "open_seconds": opened - start,
+                   "resume_seconds": resumed - start,
+                   "open_cpu_seconds": cpu_opened - cpu_start,
+                   "resume_cpu_seconds": cpu_resumed - cpu_start,
+                   "gc_seconds": gc_time.seconds, "gc_collections": gc_time.collections}
+        closing = time.perf_counter()
+        cpu_closing = time.process_time()
+    # not in the restart's figure: the close after it (runtime, writer checkpoint, store)
+    return {**figures, "close_seconds": time.perf_counter() - closing,
+            "close_cpu_seconds": time.process_time() - cpu_closing}
 
 
 def _parked(rt: Any) -> int:

@@ -347,9 +347,14 @@ def rebuild_projection(
     run_facts: RunFacts, conn: Any, scope: Scope,
     rows: Iterable[tuple[RunID, int, int | None, Any]],
     orphan: tuple[RunID, int] | None = None,
+    cached: set[RunID] | None = None,
 ) -> dict[RunID, Snapshot]:
     """The active Runs' snapshots from ``(run_id, head, cached position, cached state)``
     rows of the active Runs: cache entry plus the log tail, else a full fold.
+
+    *cached*, when given, receives the ids of the Runs whose snapshot is their cache
+    entry as it is stored: cached at the head, decoded and taken with no tail (a clean
+    close's entry). A writer need not write those entries again (SQLite's checkpoint).
 
     *orphan* is the first ``(run_id, position)`` of an active Run's event whose commit
     is not in the commit-id index, or None (one query over the scope, by the caller):
@@ -366,9 +371,12 @@ def rebuild_projection(
     out: dict[RunID, Snapshot] = {}
     for run_id, head, cached_position, cached_data in rows:
         state = None
+        as_stored = False
         if cached_data is not None and cached_position is not None and cached_position <= head:
             state = _from_cache(run_facts, conn, scope, run_id, head, cached_position,
                                 cached_data)
+            # the entry itself, no tail folded onto it (None: refused, folded below)
+            as_stored = state is not None and cached_position == head
         if state is None:
             facts = run_facts(conn, scope, run_id)
             if len(facts) - 1 != head:
@@ -379,6 +387,8 @@ def rebuild_projection(
             state = fold_run(facts, run_id=run_id)
         if state.status is RunStatus.ACTIVE:
             out[run_id] = Snapshot(state, head)
+            if as_stored and cached is not None:
+                cached.add(run_id)
     return out
 
 

@@ -57,15 +57,37 @@ class WriterState(WriterStateBase):
     the trio side reads it under the same lock.
     """
 
-    def __init__(self, scope: Scope, epoch: int, projection: Projection) -> None:
+    def __init__(self, scope: Scope, epoch: int, projection: Projection,
+                 cached: set[RunID] | None = None) -> None:
         super().__init__(scope, epoch, projection)
         self.lock = threading.Lock()
+        #: The active Runs whose durable cache entry holds their snapshot in the
+        #: projection (read so at open, or written by a committed group since): the
+        #: checkpoint at close does not write them again. A change of the Run's snapshot
+        #: takes it out; only a committed cache write of that very snapshot puts it in.
+        self.cached: set[RunID] = cached if cached is not None else set()
 
     def apply(self, run_id: RunID, snapshot: Snapshot) -> None:
         """Set *run_id*'s snapshot in the writer's projection (under its lock), after the
-        group that changed it is durable (RUN-CMT-2)."""
+        group that changed it is durable (RUN-CMT-2); its cache entry is no longer known
+        to hold it."""
         with self.lock:
             self.projection.apply(run_id, snapshot)
+            self.cached.discard(run_id)
+
+    def mark_cached(self, run_id: RunID, snapshot: Snapshot) -> None:
+        """After a committed group wrote *snapshot* as *run_id*'s cache entry: note that
+        the entry holds the projection's snapshot, if *snapshot* is still that one."""
+        with self.lock:
+            if self.projection.active.get(run_id) is snapshot:
+                self.cached.add(run_id)
+
+    def uncached(self) -> dict[RunID, Snapshot]:
+        """The active Runs whose cache entry is not known to hold their snapshot."""
+        with self.lock:
+            cached = self.cached
+            return {run_id: snap for run_id, snap in self.projection.active.items()
+                    if run_id not in cached}
 
 
 @attrs.define
@@ -92,7 +114,7 @@ class Plan:
     the cache gets the last job's entry (or deletion).
     """
 
-    __slots__ = ("advances", "cache", "changes", "commits", "frozen", "new_runs")
+    __slots__ = ("advances", "cache", "cached", "changes", "commits", "frozen", "new_runs")
 
     def __init__(self) -> None:
         self.frozen: dict[Digest, bytes] = {}
@@ -104,6 +126,9 @@ class Plan:
         #: key -> the snapshot to cache, or None to drop the entry.
         self.cache: dict[RunKey, Snapshot | None] = {}
         self.changes: list[Change] = []
+        #: Cache entries this plan writes, as (writer, run, snapshot): once committed
+        #: (and the changes applied), ``WriterState.mark_cached``.
+        self.cached: list[Change] = []
 
     def merge(self, other: Plan) -> None:
         """Add *other*'s frozen bodies and rows to this plan (one transaction for a group
@@ -121,17 +146,23 @@ class Plan:
                 self.advances[key] = (old, head, active)
         self.cache.update(other.cache)
         self.changes += other.changes
+        self.cached += other.cached
 
-    def cache_after(self, scope: Scope, run_id: RunID, snap: Snapshot, *,
+    def cache_after(self, ws: WriterState, run_id: RunID, snap: Snapshot, *,
                     was_open: bool = False) -> None:
         """Keep the durable cache (RUN-CMT-2): drop the entry when the Run ended, write
         it when the Run *arrives* at Open (created, or a step closed); nothing in the
         middle of a step. An input accepted while already at Open (``was_open``) writes
         nothing either: a rebuild folds it from the log tail."""
         if snap.state.status is not RunStatus.ACTIVE:
-            self.cache[(scope, run_id)] = None
+            self.cache[(ws.scope, run_id)] = None
         elif isinstance(snap.state.current, Open) and not was_open:
-            self.cache[(scope, run_id)] = snap
+            self.put_cache(ws, run_id, snap)
+
+    def put_cache(self, ws: WriterState, run_id: RunID, snap: Snapshot) -> None:
+        """Write *snap* as *run_id*'s cache entry (the last one of a group wins)."""
+        self.cache[(ws.scope, run_id)] = snap
+        self.cached.append((ws, run_id, snap))
 
 
 class GroupTx:
@@ -445,7 +476,7 @@ def _append_plan(ws: WriterState, request: CommitRequest, decision: Append,
     ))
     plan.advances[(ws.scope, run_id)] = (first - 1, snap.position, _active(snap))
     was_open = before is not None and isinstance(before.state.current, Open)
-    plan.cache_after(ws.scope, run_id, snap, was_open=was_open)
+    plan.cache_after(ws, run_id, snap, was_open=was_open)
     plan.changes.append((ws, run_id, snap))
     return plan
 
@@ -519,7 +550,7 @@ class CreateJob(Job[CommitResult]):
         plan.commits.append(_Commit(ws.scope, self.commit_id, ws.epoch, run_id, 0, group,
                                     events))
         plan.new_runs[(ws.scope, run_id)] = (snap.position, _active(snap))
-        plan.cache_after(ws.scope, run_id, snap)
+        plan.cache_after(ws, run_id, snap)
         plan.changes.append((ws, run_id, snap))
         return CommitResult(CommitStatus.ACCEPTED, snap, group), plan
 
@@ -551,8 +582,9 @@ class AppendJob(Job[CommitStatus]):
         return CommitStatus.ACCEPTED, plan
 
 
-class OpenJob(Job[tuple[int, Projection]]):
-    """Bump the scope's epoch and rebuild its projection (its own transaction)."""
+class OpenJob(Job[tuple[int, Projection, set[RunID]]]):
+    """Bump the scope's epoch and rebuild its projection (its own transaction); also
+    answers the Runs whose cache entry holds their snapshot (``WriterState.cached``)."""
 
     alone = True
 
@@ -560,9 +592,11 @@ class OpenJob(Job[tuple[int, Projection]]):
         super().__init__()
         self.scope = scope
 
-    def run(self, tx: GroupTx) -> tuple[tuple[int, Projection], Plan]:
+    def run(self, tx: GroupTx) -> tuple[tuple[int, Projection, set[RunID]], Plan]:
         epoch = log.bump_epoch(tx.conn, self.scope)
-        return (epoch, Projection(log.rebuild_projection(tx.conn, self.scope))), Plan()
+        cached: set[RunID] = set()
+        projection = Projection(log.rebuild_projection(tx.conn, self.scope, cached))
+        return (epoch, projection, cached), Plan()
 
 
 class PutJob(Job[None]):
@@ -582,8 +616,10 @@ class PutJob(Job[None]):
 class CheckpointJob(Job[int]):
     """Cache every active Run's snapshot at its head (RUN-CMT-2: the cache is
     disposable, so any position is valid): run when a writer closes cleanly, so the next
-    open loads one cache row per Run and folds no log tail. Answers the number of
-    entries written; raises OwnershipLostError (nothing written) once fenced."""
+    open loads one cache row per Run and folds no log tail. A Run whose entry already
+    holds its snapshot (``WriterState.cached``: read so at open, or written since) is not
+    written again. Answers the number of entries written; raises OwnershipLostError
+    (nothing written) once fenced."""
 
     alone = True
 
@@ -595,6 +631,6 @@ class CheckpointJob(Job[int]):
         ws = self.ws
         log.check_epoch(tx.conn, ws.scope, ws.epoch)
         plan = Plan()
-        for run_id, snap in ws.copy().items():
-            plan.cache[(ws.scope, run_id)] = snap
+        for run_id, snap in ws.uncached().items():
+            plan.put_cache(ws, run_id, snap)
         return len(plan.cache), plan

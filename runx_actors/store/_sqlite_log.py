@@ -312,12 +312,15 @@ def read_cache(conn: sqlite3.Connection, scope: Scope) -> dict[RunID, Snapshot]:
     ))
 
 
-def rebuild_projection(conn: sqlite3.Connection, scope: Scope) -> dict[RunID, Snapshot]:
+def rebuild_projection(
+    conn: sqlite3.Connection, scope: Scope, cached: set[RunID] | None = None,
+) -> dict[RunID, Snapshot]:
     """The active Runs' snapshots: cache entry plus the log tail, else a full fold.
 
     Only Runs marked active are read, so the cost is bounded by the active Runs. A cache
     entry that does not decode or does not fold with its tail is ignored (it is
-    disposable).
+    disposable). *cached* receives the Runs whose stored entry is their snapshot
+    (``_rows.rebuild_projection``).
 
     Raises: CorruptRecordError, CorruptLogError.
     """
@@ -335,7 +338,8 @@ def rebuild_projection(conn: sqlite3.Connection, scope: Scope) -> dict[RunID, Sn
         (scope,),
     ).fetchone()
     return shared.rebuild_projection(run_facts, conn, scope, rows,
-                                     None if orphan is None else (orphan[0], orphan[1]))
+                                     None if orphan is None else (orphan[0], orphan[1]),
+                                     cached)
 
 
 # -- frozen bodies ---------------------------------------------------------------------

@@ -255,7 +255,7 @@ class WriterThread:
             self._fallbacks += 1
             self._execute_each(jobs)
             return
-        self._commit(jobs, group.changes, group.frozen, tx)
+        self._commit(jobs, group.changes, group.frozen, tx, group.cached)
 
     def _execute_each(self, jobs: Sequence[Job[Any]]) -> None:
         """Run *jobs* one by one, each in its own savepoint: a job whose writes fail is
@@ -264,6 +264,7 @@ class WriterThread:
         conn.execute("BEGIN IMMEDIATE")
         tx = GroupTx(conn, self._frozen_known, self._chain_heads)
         changes: list[Change] = []
+        cached: list[Change] = []
         frozen: list[Digest] = []
         for job in jobs:
             conn.execute("SAVEPOINT job")
@@ -281,11 +282,12 @@ class WriterThread:
             job.result = value
             tx.stage(plan)
             changes += plan.changes
+            cached += plan.cached
             frozen += plan.frozen
-        self._commit(jobs, changes, frozen, tx)
+        self._commit(jobs, changes, frozen, tx, cached)
 
     def _commit(self, jobs: Sequence[Job[Any]], changes: Sequence[Change],
-                frozen: Iterable[Digest], tx: GroupTx) -> None:
+                frozen: Iterable[Digest], tx: GroupTx, cached: Sequence[Change] = ()) -> None:
         conn = self._conn
         if self.before_commit is not None:
             self.before_commit()
@@ -295,6 +297,10 @@ class WriterThread:
         # Durable: publish to the projections; the caller answers afterwards.
         for ws, run_id, snap in changes:
             ws.apply(run_id, snap)
+        # then the cache entries written: each holds its Run's snapshot unless a later
+        # change of the group moved the Run past it (mark_cached compares identity)
+        for ws, run_id, snap in cached:
+            ws.mark_cached(run_id, snap)
         if len(self._frozen_known) > _FROZEN_KNOWN_MAX:
             self._frozen_known.clear()
         self._frozen_known.update(frozen)

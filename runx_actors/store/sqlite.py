@@ -243,8 +243,8 @@ class SqliteStore(SqlStoreBase[WriterState]):
         if not scope:
             raise ValidationError("scope must be non-empty")
         validate_name(scope, "scope")
-        epoch, projection = await self._submit(OpenJob(scope))
-        ws = WriterState(scope, epoch, projection)
+        epoch, projection, cached = await self._submit(OpenJob(scope))
+        ws = WriterState(scope, epoch, projection, cached)
         self._live[scope] = ws
         return SqliteWriter(self, ws)
 

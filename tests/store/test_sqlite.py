@@ -502,6 +502,146 @@ async def test_clean_close_caches_every_active_run_at_its_head(tmp_path: Path) -
         assert store.statistics().transactions == transactions + 1
 
 
+def _audit_cache_writes(path: Path) -> None:
+    """Record every write of a projection_cache row (insert, update, delete) in an extra
+    table of the store file, by triggers (the store ignores tables it does not know)."""
+    with _raw(path) as conn:
+        conn.executescript("""
+            CREATE TABLE cache_audit (run_id TEXT, op TEXT, position INTEGER);
+            CREATE TRIGGER cache_ins AFTER INSERT ON projection_cache
+                BEGIN INSERT INTO cache_audit VALUES (new.run_id, 'insert', new.position); END;
+            CREATE TRIGGER cache_upd AFTER UPDATE ON projection_cache
+                BEGIN INSERT INTO cache_audit VALUES (new.run_id, 'update', new.position); END;
+            CREATE TRIGGER cache_del AFTER DELETE ON projection_cache
+                BEGIN INSERT INTO cache_audit VALUES (old.run_id, 'delete', old.position); END;
+        """)
+
+
+def _cache_writes(path: Path) -> list[tuple[str, str, int]]:
+    """The cache writes recorded since the last call (and forget them)."""
+    with _raw(path) as conn:
+        rows = conn.execute("SELECT run_id, op, position FROM cache_audit ORDER BY rowid")
+        out = [tuple(r) for r in rows]
+        conn.execute("DELETE FROM cache_audit")
+    return out  # type: ignore[return-value]
+
+
+async def test_clean_close_rewrites_no_entry_that_holds_its_snapshot(tmp_path: Path) -> None:
+    """RUN-CMT-2: a restart that changes nothing writes no cache row when it closes —
+    every entry it loaded at the head holds its Run's snapshot (the close rewrote all
+    10,000 entries of the bench's restart, identical bytes, each time); a Run that moved
+    since the open is written again at its new head, and only it."""
+    path = tmp_path / "s.sqlite3"
+    expected = await _cached_store(path)
+    _audit_cache_writes(path)
+    async with open_sqlite_store(path) as store:
+        w = await store.open(SCOPE)
+        assert w.projection() == expected
+        await w.aclose()
+    assert _cache_writes(path) == []
+    async with open_sqlite_store(path) as store:
+        w = await store.open(SCOPE)
+        assert w.projection() == expected
+        await _commit(w, "run-b", b.start_model((await w.run_store().load("run-b")).state))
+        moved = w.projection()
+        await w.aclose()
+    assert _cache_writes(path) == [("run-b", "update", moved["run-b"].position)]
+    assert {r: s.position for r, s in (await _cached(path)).items()} == {
+        r: s.position for r, s in moved.items()}
+    async with open_sqlite_store(path) as store:
+        assert (await store.open(SCOPE)).projection() == moved
+
+
+async def test_clean_close_writes_an_entry_written_since_open_once(tmp_path: Path) -> None:
+    """A Run that arrived at Open during the writer's life has its entry written by that
+    commit (RUN-CMT-2); the close does not write it a second time."""
+    path = tmp_path / "s.sqlite3"
+    async with open_sqlite_store(path) as store:
+        await store.open(SCOPE)
+    _audit_cache_writes(path)
+    async with open_sqlite_store(path) as store:
+        w = await store.open(SCOPE)
+        await _create(w, "run-a", "in-1")
+        position = (await w.run_store().load("run-a")).position
+        assert _cache_writes(path) == [("run-a", "insert", position)]
+        await w.aclose()
+    assert _cache_writes(path) == []
+
+
+async def test_clean_close_writes_a_run_moved_past_its_entry_in_the_same_group(
+        tmp_path: Path) -> None:
+    """One group writes a Run's entry (a tool result brings it to Open) and then moves
+    it on (the next step is prepared, no entry): the entry is not the Run's snapshot,
+    so the close writes the Run at its head."""
+    from runx_actors.testing.conformance import batch_requests
+
+    path = tmp_path / "s.sqlite3"
+    async with open_sqlite_store(path) as store:
+        await store.open(SCOPE)
+    _audit_cache_writes(path)
+    async with open_sqlite_store(path) as store:
+        w = await store.open(SCOPE)
+        await _create(w, "run-a", "in-1")
+        rs = w.run_store()
+        for step in (lambda s: b.prepare(s.state, s.position), lambda s: b.start_model(s.state),
+                     lambda s: b.model_result(s.state, tool_calls=[("t", "{}")]),
+                     lambda s: b.start_tool(s.state, 0)):
+            await _commit(w, "run-a", step(await rs.load("run-a")))
+        _cache_writes(path)
+        snap = await rs.load("run-a")
+        await rs.commit_batch(batch_requests("run-a", snap,
+                                             lambda s: b.tool_result(s.state, 0, "{}"),
+                                             lambda s: b.prepare(s.state, s.position)))
+        head = (await rs.load("run-a")).position
+        [(run_id, op, at_open)] = _cache_writes(path)  # the batch wrote the Open entry
+        assert (run_id, op) == ("run-a", "update") and at_open < head
+        await w.aclose()
+    assert _cache_writes(path) == [("run-a", "update", head)]
+
+
+async def test_clean_close_writes_an_entry_the_open_folded_a_tail_onto(
+        tmp_path: Path) -> None:
+    """A writer that did not close cleanly (fenced) leaves a Run's entry behind its head;
+    the next open folds the tail onto it, so the entry is not the Run's snapshot and that
+    writer's close writes it at the head."""
+    path = tmp_path / "s.sqlite3"
+    await _cached_store(path)
+    _audit_cache_writes(path)
+    async with open_sqlite_store(path) as store:
+        w1 = await store.open(SCOPE)
+        await _commit(w1, "run-b", b.start_model((await w1.run_store().load("run-b")).state))
+        w2 = await store.open(SCOPE)  # fences w1: its close writes nothing
+        await w1.aclose()
+        assert _cache_writes(path) == []
+        head = w2.projection()["run-b"].position
+        assert (await _cached(path))["run-b"].position < head
+        await w2.aclose()
+    assert _cache_writes(path) == [("run-b", "update", head)]
+
+
+@pytest.mark.parametrize("entry", ["damaged", "missing"])
+async def test_clean_close_rewrites_an_entry_the_open_could_not_use(
+        tmp_path: Path, entry: str) -> None:
+    """An entry the open refused (damaged) or did not find is not the Run's snapshot:
+    the close writes it, and the next open loads it again."""
+    path = tmp_path / "s.sqlite3"
+    expected = await _cached_store(path)
+    raw = _cache_rows(path)["run-b"]
+    if entry == "damaged":
+        _put_cache(path, "run-b", _DAMAGES["truncated"](raw))
+    else:
+        with _raw(path) as conn:
+            conn.execute("DELETE FROM projection_cache WHERE run_id = 'run-b'")
+    _audit_cache_writes(path)
+    async with open_sqlite_store(path) as store:
+        w = await store.open(SCOPE)
+        assert w.projection() == expected
+        await w.aclose()
+    assert _cache_writes(path) == [
+        ("run-b", "update" if entry == "damaged" else "insert", expected["run-b"].position)]
+    assert _cache_rows(path)["run-b"] == raw
+
+
 # -- damaged and forged cache entries at open (RUN-CMT-2) ---------------------------------
 
 
