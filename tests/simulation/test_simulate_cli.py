@@ -68,3 +68,11 @@ def test_exit_64_on_usage_error(args: list[str]) -> None:
     result = _run(*args)
     assert result.exit_code == 64, result.output
     assert "Traceback" not in result.output
+
+
+def test_many_runs_fault_free_is_not_a_false_finding() -> None:
+    """The tester's command: 32 fault-free Runs used to end in a [liveness] finding
+    after the fixed 1,200 steps while every Run was still progressing."""
+    result = _run("--seed", "0", "--store", "memory", "--faults", "off", "--runs", "32")
+    assert result.exit_code == 0, result.output
+    assert "1 schedules (random, faults off), 0 failing" in result.output
