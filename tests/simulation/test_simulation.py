@@ -187,3 +187,17 @@ def test_the_liveness_oracle_still_catches_a_run_that_never_ends_at_64_runs(
     assert {(v.invariant, v.run_id) for v in result.violations} == {("liveness", "run-63")}
     assert f"after {cfg.liveness_budget} fault-free steps" in result.violations[0].message
 
+
+def test_only_refuses_an_unknown_fault_kind() -> None:
+    """``only`` is checked against the kinds the simulator has: a typo would inject no
+    fault at all and report success."""
+    from runx_actors.testing.simulation import FAULT_KINDS, UnknownFaultError
+
+    for bad in ("nope", "crash+nope", "crash+", "+"):
+        with pytest.raises(UnknownFaultError, match="known kinds: crash"):
+            Config(only=bad)
+    assert Config(only="+".join(FAULT_KINDS)).allows("hostile")
+    with pytest.raises(ScheduleFormatError, match="unknown fault kind 'nope'"):
+        Schedule.parse("v1/memory/seed=1/runs=3/steps=400/faults=1/only=nope/-")
+    with pytest.raises(ScheduleFormatError, match="empty fault list"):
+        Schedule.parse("v1/memory/seed=1/runs=3/steps=400/faults=1/only=/-")

@@ -70,7 +70,7 @@ from ._wrappers import (
 )
 
 __all__ = ["Config", "World", "Workload", "RunPlan", "make_workload", "SCOPE",
-           "temp_sqlite_path"]
+           "temp_sqlite_path", "FAULT_KINDS", "UnknownFaultError", "parse_only"]
 
 SCOPE = "sim"
 #: World faults the chaos actor may choose.
@@ -83,6 +83,12 @@ RECOVERY_PAUSE = 6.0
 #: exactly at drain_timeout is met).
 GRACE = 1.0
 HOSTILE = ("unknown_tool", "hangs")
+#: Every fault kind ``--only`` may name: the world faults, the store's commit faults, the
+#: executor's, the tools', the models', the prompt builder's, the application's abandoned
+#: caller, and ``hostile`` (the misbehaving models of the workload).
+FAULT_KINDS = ("crash", "takeover", "close_runtime", "store_closed", "lost_request",
+               "applied_unanswered", "check_raises", "duplicate", "lost", "raise",
+               "retryable", "hang", "model_error", "raises", "abandon", "hostile")
 #: Released points one fault-free Run may need in the liveness phase (measured at most
 #: ~60; twice that, so a Run that is progressing is never cut off).
 STEPS_PER_RUN = 120
@@ -93,6 +99,30 @@ LIVENESS_FLOOR = 1200
 TIME_BASE_RUNS = 8
 SETTLE_TIMEOUT = 5.0
 DRAIN_TIMEOUT = 10.0
+
+
+class UnknownFaultError(ValueError):
+    """``only`` names a fault kind the simulator does not have (``--only``, a replay
+    string's ``only=``)."""
+
+
+def parse_only(only: str, *, empty_is_all: bool = True) -> tuple[str, ...]:
+    """The fault kinds of an ``only`` string (``"+"``-separated; ``""``: every kind,
+    unless *empty_is_all* is False: then it is refused like a typo).
+
+    Raises :class:`UnknownFaultError` for an empty part or a kind not in
+    :data:`FAULT_KINDS` (a typo must not silently inject nothing)."""
+    if only == "":
+        if empty_is_all:
+            return ()
+        raise UnknownFaultError(f"empty fault list; known kinds: {', '.join(FAULT_KINDS)}")
+    kinds = tuple(only.split("+"))
+    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    if unknown:
+        raise UnknownFaultError(
+            f"unknown fault kind{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(k) for k in unknown)}; known kinds: {', '.join(FAULT_KINDS)}")
+    return kinds
 
 
 @attrs.frozen(kw_only=True)
@@ -111,8 +141,12 @@ class Config:
     #: the runtime's drain_timeout (seconds); None: derived from ``runs``
     drain_timeout: float | None = None
     #: only these fault kinds ("+"-separated; "" = every kind); ``hostile`` enables the
-    #: misbehaving models of the workload
-    only: str = ""
+    #: misbehaving models of the workload. Checked: :class:`UnknownFaultError`.
+    only: str = attrs.field(default="")
+
+    @only.validator
+    def _check_only(self, attribute: Any, value: str) -> None:
+        parse_only(value)
 
     @property
     def time_scale(self) -> float:
@@ -148,7 +182,7 @@ class Config:
 
     def allows(self, fault: str) -> bool:
         """True when *fault* may be injected under ``only`` (all kinds when empty)."""
-        return not self.only or fault in self.only.split("+")
+        return not self.only or fault in self.only.split("+")  # checked at construction
 
 
 @attrs.frozen
