@@ -19,7 +19,9 @@ returning an async context manager that yields an ``ExecutionPort`` running them
 
 The suites are async and run under pytest-trio (``pip install 'runx-actors[testing]'``);
 they are marked for trio themselves, so your project needs no ``trio_mode``. A name that
-does not resolve is a usage error (exit 4), reported before anything runs.
+does not resolve, or a module that raises while it is imported (a SyntaxError included),
+is a usage error (exit 4) naming the module and the exception, reported before anything
+runs.
 """
 
 from __future__ import annotations
@@ -59,22 +61,43 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def load_factory(spec: str, option: str) -> Any:
-    """``MODULE:NAME`` → the object; ``pytest.UsageError`` naming *option* otherwise."""
+    """``MODULE:NAME`` → the object; ``pytest.UsageError`` naming *option* otherwise.
+
+    Whatever goes wrong while importing the module or resolving *NAME* — an ImportError,
+    or any exception the module raises on import (a SyntaxError, a RuntimeError, even
+    SystemExit) — is a usage error (pytest exit 4) that names the module and the
+    exception, never an INTERNALERROR traceback.
+    """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise pytest.UsageError(f"{option} expects MODULE:NAME, got {spec!r}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise pytest.UsageError(f"{option}: cannot import {module_name!r}: {exc}") from exc
+        raise pytest.UsageError(f"{option}: cannot import {module_name!r}: {exc}") from None
+    except (Exception, SystemExit) as exc:  # the user's module raised while importing
+        raise pytest.UsageError(f"{option}: importing {module_name!r} raised "
+                                f"{_describe(exc)}") from None
     obj = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise pytest.UsageError(f"{option}: {module_name!r} has no {attr!r}")
-        obj = getattr(obj, part)
+    try:
+        for part in attr.split("."):
+            if not hasattr(obj, part):
+                raise pytest.UsageError(f"{option}: {module_name!r} has no {attr!r}")
+            obj = getattr(obj, part)
+    except pytest.UsageError:
+        raise
+    except Exception as exc:  # a module __getattr__ or a property that raises
+        raise pytest.UsageError(f"{option}: resolving {attr!r} in {module_name!r} raised "
+                                f"{_describe(exc)}") from None
     if not callable(obj):
         raise pytest.UsageError(f"{option}: {spec} is not callable")
     return obj
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` of *exc* (a SyntaxError's message names the file and line)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -91,3 +91,25 @@ def test_readme_example_runs(tmp_path: Path) -> None:
     done = _pytest(tmp_path, *command[1:], "--runx-machine-examples=10")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "31 passed" in done.stdout, done.stdout[-2000:]
+
+
+@pytest.mark.parametrize("source,shown", [
+    ('raise RuntimeError("x")\n', "RuntimeError: x"),
+    ("def broken(:\n", "SyntaxError: "),
+    ("import sys\nsys.exit(3)\n", "SystemExit: 3"),
+    ("def __getattr__(name):\n    raise KeyError(name)\n", "KeyError: 'x'"),
+])
+def test_a_factory_module_that_raises_is_a_usage_error(tmp_path: Path, source: str,
+                                                        shown: str) -> None:
+    """A factory module that raises while it is imported (or while NAME is resolved) is
+    a usage error naming the module and the exception: exit 4, no INTERNALERROR."""
+    project = tmp_path / "project"
+    shutil.copytree(USER_PROJECT, project)
+    (project / "boom.py").write_text(source)
+    for option in ("--runx-store", "--runx-executor"):
+        done = _pytest(tmp_path, f"{option}=boom:x")
+        out = done.stdout + done.stderr
+        assert done.returncode == 4, out
+        assert f"{option}: " in done.stderr and "'boom'" in done.stderr, out
+        assert shown in done.stderr, out
+        assert "INTERNALERROR" not in out and "Traceback" not in out, out
