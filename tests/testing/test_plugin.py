@@ -58,6 +58,9 @@ def test_store_that_forgets_fencing_is_caught(tmp_path: Path) -> None:
         done.stdout[-4000:])
     assert "assert 1 > 1" in done.stdout  # the epochs, both sides shown
     assert "a takeover raises your store's epoch" in done.stdout
+    # the machine's failure is located at its rule, not in the helper that raised
+    assert "executor_conformance.py:" not in done.stdout, done.stdout[-4000:]
+    assert "runx_actors/testing/machines.py:" in done.stdout.replace("\\", "/")
 
 
 def test_executor_that_starts_a_known_key_twice_is_caught(tmp_path: Path) -> None:
