@@ -94,3 +94,17 @@ def test_no_command_prints_a_dsn_secret(command: str, form: str, as_json: bool) 
         for field in ("message", "target"):
             if field in doc:
                 assert not _leaks(str(doc[field])), doc
+
+
+@pytest.mark.parametrize("form", ["uri query", "conninfo quoted", "uri userinfo + query"])
+async def test_open_postgres_store_never_holds_a_dsn_secret(form: str) -> None:
+    """The API path (RUN-CLI-2): StoreUnreachableError's message and target are masked."""
+    from runx_actors.store.postgres import StoreUnreachableError, open_postgres_store
+
+    with pytest.raises(StoreUnreachableError) as err:
+        async with open_postgres_store(FORMS[form], timeout=1):
+            pass  # pragma: no cover
+    exc = err.value
+    target = str(getattr(exc, "target", ""))
+    assert not _leaks(str(exc)) and not _leaks(target), (str(exc), target)
+    assert "=***" in target
