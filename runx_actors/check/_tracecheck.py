@@ -35,7 +35,7 @@ import attrs
 
 from ..protocol import facts as F
 from ..protocol.facts import EVENT_TYPE_PREFIX
-from ..store._check import redact_dsn
+from ..store._check import mask_secrets, redact_dsn
 from ._errors import CheckError
 
 __all__ = ["LogUnreadableError", "LogReport", "check_log", "observe_fact", "EX_NOINPUT"]
@@ -190,13 +190,10 @@ class _Db:
                                      target=self.shown, reason="read") from exc
 
     def _masked(self, exc: BaseException) -> str:
-        """The driver's message, with the DSN's password masked should it echo it."""
+        """The driver's message, with the DSN's secrets (its password, sslpassword, ...)
+        masked should it echo one."""
         text = str(exc)
-        if self.pg:
-            password = _password(self.target)
-            if password:
-                text = text.replace(password, "***")
-        return text
+        return mask_secrets(text, self.target) if self.pg else text
 
     def close(self) -> None:
         self.conn.close()
@@ -211,15 +208,6 @@ def _parses(dsn: str) -> bool:
     except Exception:
         return False
     return True
-
-
-def _password(dsn: str) -> str:
-    try:
-        from psycopg.conninfo import conninfo_to_dict
-
-        return str(conninfo_to_dict(dsn).get("password") or "")
-    except Exception:
-        return ""
 
 
 class _Counts:

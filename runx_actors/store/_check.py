@@ -40,7 +40,9 @@ from ._rows import check_epoch_row, decode_rows, verify_chain
 from ._verify import fact_digests
 from .base import run_stream
 
-__all__ = ["Problem", "redact_dsn", "CheckReport", "check_store", "check_sqlite", "check_postgres",
+__all__ = ["Problem", "redact_dsn", "dsn_secrets", "mask_secrets", "secret_parameters",
+           "SECRET_PARAMETERS",
+           "CheckReport", "check_store", "check_sqlite", "check_postgres",
            "is_dsn", "StoreMissingError", "StoreUnreachableError", "ScopeNotFoundError",
            "connect_postgres", "CONNECT_TIMEOUT", "REACH_HINTS"]
 
@@ -453,18 +455,67 @@ def check_postgres(dsn: str, *, scope: str | None = None) -> CheckReport:
         return _report(target, "postgres", walk)
 
 
+#: The libpq connection parameters whose value is a secret, masked wherever a DSN is
+#: printed: those libpq itself marks as password fields (``dispchar`` ``"*"``: password,
+#: sslpassword, oauth_client_secret in libpq 18), and the SCRAM keys (libpq 18's
+#: scram_client_key / scram_server_key: each authenticates like the password; libpq only
+#: hides them as debug options). File *paths* (passfile, sslkey, sslcert, sslrootcert,
+#: sslcrl, sslkeylogfile) are not secrets: they stay readable, they help diagnose.
+SECRET_PARAMETERS = frozenset({"password", "sslpassword", "oauth_client_secret",
+                               "scram_client_key", "scram_server_key"})
+
+
+def secret_parameters() -> frozenset[str]:
+    """:data:`SECRET_PARAMETERS` plus every option the installed libpq marks as a
+    password field (so a secret a newer libpq adds is masked too)."""
+    try:
+        from psycopg import pq
+
+        marked = {o.keyword.decode() for o in pq.Conninfo.get_defaults()
+                  if o.dispchar == b"*"}
+    except Exception:  # no psycopg / libpq: the fixed list
+        marked = set()
+    return SECRET_PARAMETERS | marked
+
+
+def dsn_secrets(dsn: str) -> tuple[str, ...]:
+    """The secret values of *dsn* (decoded: as libpq reads them from a URI, a quoted or
+    a percent-encoded value), longest first; ``()`` when it does not parse. For masking
+    a driver message that might echo one."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        params = conninfo_to_dict(dsn)
+    except Exception:
+        return ()
+    secret = secret_parameters()
+    values = {str(v) for k, v in params.items() if k in secret and v not in (None, "")}
+    return tuple(sorted(values, key=len, reverse=True))
+
+
+def mask_secrets(text: str, dsn: str) -> str:
+    """*text* (a driver's message) with every secret value of *dsn* replaced by ``***``."""
+    for value in dsn_secrets(dsn):
+        text = text.replace(value, "***")
+    return text
+
+
 def redact_dsn(dsn: str) -> str:
-    """*dsn* (a libpq conninfo or a ``postgresql://`` URL) as a conninfo string with its
-    password replaced by ``***``; ``<dsn>`` when it does not parse. What is printed of a
-    DSN (``store check``, ``check --log``)."""
+    """*dsn* (a libpq conninfo or a ``postgresql://`` URL) as a conninfo string with every
+    secret parameter (:func:`secret_parameters`: password, sslpassword, ...) replaced by
+    ``***``; ``<dsn>`` when it does not parse. Every form libpq accepts is covered (URI
+    query or userinfo, key=value, quoted, percent-encoded): the DSN is parsed by libpq and
+    rebuilt. What is printed of a DSN (``store check``, ``runs``, ``check --log``)."""
     try:
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
         params = conninfo_to_dict(dsn)
     except Exception:
         return "<dsn>"
-    if "password" in params:
-        params["password"] = "***"
+    secret = secret_parameters()
+    for key in params:
+        if key in secret:
+            params[key] = "***"
     return make_conninfo(**{k: str(v) for k, v in params.items()})
 
 
@@ -502,7 +553,7 @@ def connect_postgres(dsn: str, *, connect_timeout: int = CONNECT_TIMEOUT,
     try:
         return psycopg.connect(dsn, **kwargs)
     except psycopg.Error as exc:
-        detail = " ".join(str(exc).split())
+        detail = " ".join(mask_secrets(str(exc), dsn).split())
         raise StoreUnreachableError(f"cannot reach the PostgreSQL store {target}: {detail}",
                                     target=target, reason="unreachable",
             hint=REACH_HINTS["unreachable"]) from exc

@@ -60,7 +60,13 @@ from ..protocol.commit import (
 from ..protocol.errors import CorruptStoreError, ValidationError
 from ..protocol.values import AgentInput, Digest, NewRun, Scope
 from . import _pg_log as log
-from ._check import REACH_HINTS, StoreUnreachableError, connect_postgres, redact_dsn
+from ._check import (
+    REACH_HINTS,
+    StoreUnreachableError,
+    connect_postgres,
+    mask_secrets,
+    redact_dsn,
+)
 from ._facade import SqlFrozenStore, SqlReader, SqlRunStore, SqlStoreBase, SqlWriter
 from ._group import GroupCounters, GroupStatistics
 from ._pg_schema import ensure_schema, is_damage, make_pool
@@ -391,7 +397,8 @@ def _open_pool(dsn: str, *, min_size: int, max_size: int, timeout: float) -> Con
         if isinstance(exc, psycopg.OperationalError):  # PoolTimeout is one
             target = redact_dsn(dsn)  # reachable a moment ago, no longer
             detail = ("no connection within "
-                      f"{timeout:g} s" if isinstance(exc, PoolTimeout) else str(exc))
+                      f"{timeout:g} s" if isinstance(exc, PoolTimeout)
+                      else mask_secrets(str(exc), dsn))
             raise StoreUnreachableError(
                 f"cannot reach the PostgreSQL store {target}: {' '.join(detail.split())}",
                 target=target, reason="unreachable", hint=REACH_HINTS["unreachable"]

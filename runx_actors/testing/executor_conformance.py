@@ -78,7 +78,10 @@ def local_executor_factory(tools: Sequence[Tool]) -> AbstractAsyncContextManager
 
 
 def expect(actual: Any, expected: Any, what: str) -> None:
-    """``assert actual == expected`` with a message showing both."""
+    """``assert actual == expected`` with a message showing both. Hidden from pytest's
+    traceback (``__tracebackhide__``): a failure is located at the scenario or state
+    machine rule that called it, not here."""
+    __tracebackhide__ = True
     if actual != expected:
         raise AssertionError(f"{what}\n  expected: {expected!r}\n  actual:   {actual!r}")
 

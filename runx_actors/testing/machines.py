@@ -54,7 +54,7 @@ from ._trio_thread import Hosted, TrioLoopThread
 from .conformance import StoreFactory
 from .executor_conformance import expect
 
-__all__ = ["store_machine", "run_store_machine", "FAMILIES", "SCOPE", "RUNS"]
+__all__ = ["store_machine", "run_store_machine", "differences", "FAMILIES", "SCOPE", "RUNS"]
 
 SCOPE = "machine"
 RUNS = 2
@@ -221,6 +221,60 @@ async def _view(writer: Any, run_id: str) -> tuple[Any, Any, Any]:
     return out[0], out[1], out[2]
 
 
+#: Differences :func:`differences` lists before it says how many more there are.
+MAX_DIFFERENCES = 8
+
+
+def differences(actual: Any, expected: Any, path: str = "value", *,
+                limit: int = MAX_DIFFERENCES) -> list[str]:
+    """Where *actual* and *expected* differ: for each differing leaf the lines
+    ``<path>:`` / ``  expected: <e!r>`` / ``  actual:   <a!r>``, the path going through
+    tuple/list indexes (``[2]``), mapping keys (``['k']``) and attrs fields
+    (``.status``), so a state machine failure shows the differing fact or field, not two
+    whole snapshots. A length difference is one entry (``expected: 3 items`` /
+    ``actual: 2 items (missing: ...)``) after the common prefix's. At most *limit*
+    entries, then ``... and N more``."""
+    found: list[tuple[str, str, str]] = []
+    _diff(actual, expected, path, found)
+    if not found:  # unequal, yet no differing part found: show both
+        found = [(path, repr(expected), repr(actual))]
+    out: list[str] = []
+    for where, want, got in found[:limit]:
+        out += [f"{where}:", f"  expected: {want}", f"  actual:   {got}"]
+    if len(found) > limit:
+        out.append(f"... and {len(found) - limit} more")
+    return out
+
+
+def _diff(a: Any, e: Any, path: str, out: list[tuple[str, str, str]]) -> None:
+    if a == e:
+        return
+    if type(a) is not type(e):
+        out.append((path, repr(e), repr(a)))
+    elif isinstance(e, (tuple, list)):
+        for i, (x, y) in enumerate(zip(a, e, strict=False)):
+            _diff(x, y, f"{path}[{i}]", out)
+        if len(a) > len(e):
+            out.append((path, f"{len(e)} items", f"{len(a)} items (extra: {a[len(e):]!r})"))
+        elif len(a) < len(e):
+            out.append((path, f"{len(e)} items", f"{len(a)} items (missing: {e[len(a):]!r})"))
+    elif isinstance(e, dict):
+        for k in sorted(set(a) | set(e), key=repr):
+            if k in a and k in e:
+                _diff(a[k], e[k], f"{path}[{k!r}]", out)
+            else:
+                out.append((f"{path}[{k!r}]", repr(e[k]) if k in e else "(absent)",
+                            repr(a[k]) if k in a else "(absent)"))
+    elif attrs.has(type(e)):
+        before = len(out)
+        for f in attrs.fields(type(e)):
+            _diff(getattr(a, f.name), getattr(e, f.name), f"{path}.{f.name}", out)
+        if len(out) == before:  # equal fields, unequal objects (a custom __eq__)
+            out.append((path, repr(e), repr(a)))
+    else:
+        out.append((path, repr(e), repr(a)))
+
+
 def store_machine(factory: StoreFactory) -> type[RuleBasedStateMachine]:
     """A state machine comparing the store *factory* makes with the memory store."""
 
@@ -244,9 +298,21 @@ def store_machine(factory: StoreFactory) -> type[RuleBasedStateMachine]:
             self.loop.close()
 
         # -- the two sides ------------------------------------------------------------
-        def _both(self, what: str, afn: Callable[..., Any], *args_per_side: Any) -> Any:
+        def _both(self, what: str, afn: Callable[..., Any], *args_per_side: Any,
+                  parts: tuple[str, ...] = ()) -> Any:
+            """*afn* on your store and on the reference; AssertionError listing where the
+            answers differ (*parts*: the names of a tuple answer's items)."""
+            __tracebackhide__ = True  # the failure is located at the rule / invariant
             yours, ref = (self.loop.call(afn, *args) for args in args_per_side)
-            expect(yours, ref, f"{what}: your store (actual) vs the reference (expected)")
+            if yours != ref:
+                if parts and len(yours) == len(ref) == len(parts):
+                    lines = [line for name, a, e in zip(parts, yours, ref, strict=True)
+                             if a != e for line in differences(a, e, name)]
+                else:
+                    lines = differences(yours, ref)
+                raise AssertionError(
+                    f"{what}: your store (actual) vs the reference (expected) differ at\n"
+                    + "\n".join(f"  {line}" for line in lines))
             return ref
 
         def _snapshot(self, r: int) -> Snapshot | None:
@@ -366,7 +432,8 @@ def store_machine(factory: StoreFactory) -> type[RuleBasedStateMachine]:
         def logs_agree(self) -> None:
             for r in sorted(self.created):
                 self._both(f"facts, record and load of {_run(r)}", _view,
-                           (self.writers[0], _run(r)), (self.writers[1], _run(r)))
+                           (self.writers[0], _run(r)), (self.writers[1], _run(r)),
+                           parts=("facts", "record", "load"))
 
     return StoreAgreesWithReference
 

@@ -8,12 +8,13 @@ import pytest
 
 from . import conformance
 from .machines import run_store_machine
-from .pytest_plugin import load_factory
+from .pytest_plugin import factory_search_path, load_factory
 
 
 @pytest.fixture
 def store_factory(request: pytest.FixtureRequest) -> Any:
-    return load_factory(request.config.getoption("--runx-store"), "--runx-store")
+    return load_factory(request.config.getoption("--runx-store"), "--runx-store",
+                        search=factory_search_path(request.config))
 
 
 for _name, _scenario in conformance.SCENARIOS.items():

@@ -63,8 +63,34 @@ def test_exit_1_prints_seed_shrunk_schedule_and_replay(monkeypatch: pytest.Monke
     ["--replay", "v1/memory/seed=x/runs=3/steps=400/faults=1/-"],
     ["--replay", "garbage"],
     ["--only", "Crash;rm"],
+    ["--only", "nope"],
+    ["--only", ""],
+    ["--only", "crash+nope"],
+    ["--replay", "v1/memory/seed=1/runs=3/steps=400/faults=1/only=nope/-"],
 ])
 def test_exit_64_on_usage_error(args: list[str]) -> None:
     result = _run(*args)
     assert result.exit_code == 64, result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("args", [
+    ["--seed", "1", "--only", "nope"],
+    ["--seed", "1", "--only", ""],
+    ["--replay", "v1/memory/seed=1/runs=3/steps=400/faults=1/only=nope/-"],
+])
+def test_an_unknown_fault_kind_is_refused_with_the_known_kinds(args: list[str]) -> None:
+    """A typo in ``--only`` (or a replay string's ``only=``) used to inject no fault and
+    report ``0 failing``; it is a usage error that lists the kinds."""
+    result = _run(*args)
+    assert result.exit_code == 64, result.output
+    assert "known kinds: " + ", ".join(_world.FAULT_KINDS) in result.output
+    assert "schedules" not in result.output and "faults=0" not in result.output
+
+
+def test_many_runs_fault_free_is_not_a_false_finding() -> None:
+    """The tester's command: 32 fault-free Runs used to end in a [liveness] finding
+    after the fixed 1,200 steps while every Run was still progressing."""
+    result = _run("--seed", "0", "--store", "memory", "--faults", "off", "--runs", "32")
+    assert result.exit_code == 0, result.output
+    assert "1 schedules (random, faults off), 0 failing" in result.output

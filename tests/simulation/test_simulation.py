@@ -140,3 +140,64 @@ def test_hypothesis_drives_the_choice_sequence_with_faults(choices: list[int],
     failure it finds is shrunk by hypothesis itself."""
     result = run_schedule(Config(seed=seed, only=ALL_BUT_HOSTILE), ReplayChoices(choices))
     assert result.ok, [v.to_dict() for v in result.violations]
+
+
+@pytest.mark.parametrize("runs,seed", [(32, 0), (64, 2)])
+def test_a_progressing_fault_free_world_is_not_a_liveness_finding(runs: int, seed: int) -> None:
+    """The liveness budget and the runtime's settle/drain timeouts scale with ``runs``:
+    32 fault-free Runs need ~1,300-1,500 released points (more than the fixed 1,200 the
+    budget was), and at 64 one Run's settlement waits behind 63 others' steps (it took
+    more than the fixed 5 s settle_timeout of virtual time: SettleTooSlow). Both were
+    reported as findings of a world that was still progressing."""
+    cfg = Config(seed=seed, runs=runs, faults=False)
+    result = run_schedule(cfg, choices_for("random", seed, cfg))
+    assert result.ok, [v.to_dict() for v in result.violations]
+    assert result.steps > 1200  # more than the old fixed budget, all of it progress
+
+
+def test_the_budgets_keep_small_workloads_as_they_were() -> None:
+    """Up to 10 Runs the liveness budget is the 1,200 points it always was, up to 8 the
+    timeouts are 5 s / 10 s: existing schedules replay unchanged."""
+    small = Config(runs=3)
+    assert (small.liveness_budget, small.settle, small.drain) == (1200, 5.0, 10.0)
+    big = Config(runs=64)
+    assert big.liveness_budget == 64 * 120 and big.drain == 80.0 and big.settle == 40.0
+    assert Config(runs=64, liveness_steps=50, drain_timeout=3.0).liveness_budget == 50
+
+
+def test_the_liveness_oracle_still_catches_a_run_that_never_ends_at_64_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broken variant: run-63's model asks for a tool on every turn, so that Run is
+    stuck in its loop forever while the 63 others end. The scaled budget is still a
+    bound: the world exhausts it and the oracle names run-63 (and no other Run)."""
+    from runx_actors.executors import call_tools, tool_call
+    from runx_actors.testing.simulation import _world
+
+    honest = _world.SimModel.complete
+
+    async def complete(self: _world.SimModel, request: object) -> object:
+        if self.plan.run_id != "run-63":
+            return await honest(self, request)
+        await self.world.op("model run-63 (stuck)", ())
+        return call_tools(tool_call("echo", {"n": 0, "run": "run-63"}))
+
+    monkeypatch.setattr(_world.SimModel, "complete", complete)
+    cfg = Config(seed=0, runs=64, faults=False)
+    result = run_schedule(cfg, choices_for("random", 0, cfg))
+    assert {(v.invariant, v.run_id) for v in result.violations} == {("liveness", "run-63")}
+    assert f"after {cfg.liveness_budget} fault-free steps" in result.violations[0].message
+
+
+def test_only_refuses_an_unknown_fault_kind() -> None:
+    """``only`` is checked against the kinds the simulator has: a typo would inject no
+    fault at all and report success."""
+    from runx_actors.testing.simulation import FAULT_KINDS, UnknownFaultError
+
+    for bad in ("nope", "crash+nope", "crash+", "+"):
+        with pytest.raises(UnknownFaultError, match="known kinds: crash"):
+            Config(only=bad)
+    assert Config(only="+".join(FAULT_KINDS)).allows("hostile")
+    with pytest.raises(ScheduleFormatError, match="unknown fault kind 'nope'"):
+        Schedule.parse("v1/memory/seed=1/runs=3/steps=400/faults=1/only=nope/-")
+    with pytest.raises(ScheduleFormatError, match="empty fault list"):
+        Schedule.parse("v1/memory/seed=1/runs=3/steps=400/faults=1/only=/-")

@@ -21,15 +21,21 @@ USER_PROJECT = Path(__file__).with_name("user_project")
 pytestmark = pytest.mark.slow
 
 
-def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _pytest(tmp_path: Path, *args: str, bare: bool = False) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest`` in the project with it on PYTHONPATH; *bare*: the ``pytest``
+    command itself, with no PYTHONPATH (what a user types: nothing puts the project
+    directory on ``sys.path``)."""
     project = tmp_path / "project"
     if not project.exists():
         shutil.copytree(USER_PROJECT, project)
     env = {**os.environ, "PYTHONPATH": str(project)}
     env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           *args], cwd=project, env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
+    command = [sys.executable, "-m", "pytest"]
+    if bare:
+        env.pop("PYTHONPATH")
+        command = [str(Path(sys.executable).with_name("pytest"))]
+    return subprocess.run([*command, "-q", "-p", "no:cacheprovider", *args], cwd=project,
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
 
 
 def _failed(out: str) -> set[str]:
@@ -52,6 +58,9 @@ def test_store_that_forgets_fencing_is_caught(tmp_path: Path) -> None:
         done.stdout[-4000:])
     assert "assert 1 > 1" in done.stdout  # the epochs, both sides shown
     assert "a takeover raises your store's epoch" in done.stdout
+    # the machine's failure is located at its rule, not in the helper that raised
+    assert "executor_conformance.py:" not in done.stdout, done.stdout[-4000:]
+    assert "runx_actors/testing/machines.py:" in done.stdout.replace("\\", "/")
 
 
 def test_executor_that_starts_a_known_key_twice_is_caught(tmp_path: Path) -> None:
@@ -88,6 +97,54 @@ def test_readme_example_runs(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
     (project / "factories.py").write_text(code)
-    done = _pytest(tmp_path, *command[1:], "--runx-machine-examples=10")
+    # the command as written: the `pytest` script, nothing on PYTHONPATH (a bare pytest
+    # does not put the directory on sys.path; the plugin looks there for the factories)
+    done = _pytest(tmp_path, *command[1:], "--runx-machine-examples=10", bare=True)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "31 passed" in done.stdout, done.stdout[-2000:]
+
+
+@pytest.mark.parametrize("source,shown", [
+    ('raise RuntimeError("x")\n', "RuntimeError: x"),
+    ("def broken(:\n", "SyntaxError: "),
+    ("import sys\nsys.exit(3)\n", "SystemExit: 3"),
+    ("def __getattr__(name):\n    raise KeyError(name)\n", "KeyError: 'x'"),
+])
+def test_a_factory_module_that_raises_is_a_usage_error(tmp_path: Path, source: str,
+                                                        shown: str) -> None:
+    """A factory module that raises while it is imported (or while NAME is resolved) is
+    a usage error naming the module and the exception: exit 4, no INTERNALERROR."""
+    project = tmp_path / "project"
+    shutil.copytree(USER_PROJECT, project)
+    (project / "boom.py").write_text(source)
+    for option in ("--runx-store", "--runx-executor"):
+        done = _pytest(tmp_path, f"{option}=boom:x")
+        out = done.stdout + done.stderr
+        assert done.returncode == 4, out
+        assert f"{option}: " in done.stderr and "'boom'" in done.stderr, out
+        assert shown in done.stderr, out
+        assert "INTERNALERROR" not in out and "Traceback" not in out, out
+
+
+def test_a_bare_pytest_finds_the_factories_beside_it(tmp_path: Path) -> None:
+    """``pytest --runx-executor=userexec:good_executor`` in the project directory, no
+    PYTHONPATH: the module is found in the invocation directory (it used to be
+    "cannot import 'userexec': No module named 'userexec'", exit 4)."""
+    done = _pytest(tmp_path, "--runx-executor=userexec:good_executor", bare=True)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "passed" in done.stdout and "failed" not in done.stdout, done.stdout[-2000:]
+
+
+def test_the_search_path_is_only_for_the_factory_import(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_factory puts *search* in front of sys.path for the import and restores it."""
+    from runx_actors.testing.pytest_plugin import load_factory
+
+    (tmp_path / "fixsim_factory_mod.py").write_text("def make():\n    return 1\n")
+    monkeypatch.delitem(sys.modules, "fixsim_factory_mod", raising=False)
+    before = list(sys.path)
+    with pytest.raises(pytest.UsageError, match="No module named 'fixsim_factory_mod'"):
+        load_factory("fixsim_factory_mod:make", "--runx-store")
+    assert load_factory("fixsim_factory_mod:make", "--runx-store", search=[tmp_path])() == 1
+    assert sys.path == before
+    monkeypatch.delitem(sys.modules, "fixsim_factory_mod")

@@ -25,8 +25,11 @@ from ._run import explore as explore
 from ._run import replay as replay
 from ._run import run_schedule as run_schedule
 from ._run import shrink as shrink
+from ._world import FAULT_KINDS as FAULT_KINDS
 from ._world import Config as Config
+from ._world import UnknownFaultError as UnknownFaultError
 
 __all__ = ["PCTChoices", "RandomChoices", "ReplayChoices", "INVARIANTS", "Violation",
            "STRATEGIES", "Exploration", "Result", "Schedule", "ScheduleFormatError",
-           "choices_for", "explore", "replay", "run_schedule", "shrink", "Config"]
+           "choices_for", "explore", "replay", "run_schedule", "shrink", "Config", "FAULT_KINDS",
+           "UnknownFaultError"]

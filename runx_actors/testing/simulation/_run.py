@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -17,7 +16,7 @@ import trio.testing
 from ...protocol.errors import ValidationError
 from ._control import Choices, PCTChoices, RandomChoices, ReplayChoices, Step
 from ._oracle import Violation
-from ._world import Config, World, temp_sqlite_path
+from ._world import Config, UnknownFaultError, World, parse_only, temp_sqlite_path
 
 __all__ = ["Schedule", "Result", "run_schedule", "explore", "shrink", "STRATEGIES",
            "ScheduleFormatError", "Exploration"]
@@ -57,8 +56,10 @@ class Schedule:
         only = ""
         if len(parts) == 8 and parts[6].startswith("only="):
             only = parts.pop(6)[5:]
-            if not re.fullmatch(r"[a-z_]+(\+[a-z_]+)*", only):
-                raise ScheduleFormatError(f"bad fault list {only!r}")
+            try:
+                parse_only(only, empty_is_all=False)  # "only=" with nothing is no list
+            except UnknownFaultError as exc:
+                raise ScheduleFormatError(f"only=: {exc}") from None
         if len(parts) != 7 or parts[0] != "v1" or parts[1] not in ("memory", "sqlite"):
             raise ScheduleFormatError(f"not a v1 schedule: {text[:80]!r}")
         fields: dict[str, int] = {}

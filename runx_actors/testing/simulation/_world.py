@@ -4,7 +4,17 @@ close, store close), all under the :class:`~._control.Controller`.
 
 A world runs *incarnations* (process lifetimes). The first ones may suffer faults; the
 last one is always fault-free (the liveness phase): once faults stop, every Run must end
-or wait for the application within ``liveness_steps`` released points.
+or wait for the application within :attr:`Config.liveness_budget` released points.
+
+The budgets scale with the workload. A fault-free Run needs at most ~60 released points
+(measured: 41-61 per Run over seeds 0-3 at 1 Run, 42-56 at 32 and 64 Runs), and the
+scheduler releases one point at a time, so the liveness phase allows
+``STEPS_PER_RUN * runs`` points (never fewer than :data:`LIVENESS_FLOOR`). Every released
+point costs ``TICK`` virtual seconds whichever Run it belongs to, so under a fair
+scheduler one Run's multi-step operation (a settlement, a drain) takes virtual time
+proportional to the number of Runs: the runtime's ``settle_timeout`` and
+``drain_timeout`` (and the oracles that hold it to them) are calibrated at
+:data:`TIME_BASE_RUNS` Runs and scale linearly above it.
 """
 
 from __future__ import annotations
@@ -60,7 +70,7 @@ from ._wrappers import (
 )
 
 __all__ = ["Config", "World", "Workload", "RunPlan", "make_workload", "SCOPE",
-           "temp_sqlite_path"]
+           "temp_sqlite_path", "FAULT_KINDS", "UnknownFaultError", "parse_only"]
 
 SCOPE = "sim"
 #: World faults the chaos actor may choose.
@@ -73,6 +83,46 @@ RECOVERY_PAUSE = 6.0
 #: exactly at drain_timeout is met).
 GRACE = 1.0
 HOSTILE = ("unknown_tool", "hangs")
+#: Every fault kind ``--only`` may name: the world faults, the store's commit faults, the
+#: executor's, the tools', the models', the prompt builder's, the application's abandoned
+#: caller, and ``hostile`` (the misbehaving models of the workload).
+FAULT_KINDS = ("crash", "takeover", "close_runtime", "store_closed", "lost_request",
+               "applied_unanswered", "check_raises", "duplicate", "lost", "raise",
+               "retryable", "hang", "model_error", "raises", "abandon", "hostile")
+#: Released points one fault-free Run may need in the liveness phase (measured at most
+#: ~60; twice that, so a Run that is progressing is never cut off).
+STEPS_PER_RUN = 120
+#: The liveness phase's bound for small workloads (the budget before it scaled).
+LIVENESS_FLOOR = 1200
+#: Runs at which SETTLE_TIMEOUT and DRAIN_TIMEOUT are calibrated; they scale linearly
+#: with more Runs (one Run's step waits for every other Run's under a fair scheduler).
+TIME_BASE_RUNS = 8
+SETTLE_TIMEOUT = 5.0
+DRAIN_TIMEOUT = 10.0
+
+
+class UnknownFaultError(ValueError):
+    """``only`` names a fault kind the simulator does not have (``--only``, a replay
+    string's ``only=``)."""
+
+
+def parse_only(only: str, *, empty_is_all: bool = True) -> tuple[str, ...]:
+    """The fault kinds of an ``only`` string (``"+"``-separated; ``""``: every kind,
+    unless *empty_is_all* is False: then it is refused like a typo).
+
+    Raises :class:`UnknownFaultError` for an empty part or a kind not in
+    :data:`FAULT_KINDS` (a typo must not silently inject nothing)."""
+    if only == "":
+        if empty_is_all:
+            return ()
+        raise UnknownFaultError(f"empty fault list; known kinds: {', '.join(FAULT_KINDS)}")
+    kinds = tuple(only.split("+"))
+    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    if unknown:
+        raise UnknownFaultError(
+            f"unknown fault kind{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(k) for k in unknown)}; known kinds: {', '.join(FAULT_KINDS)}")
+    return kinds
 
 
 @attrs.frozen(kw_only=True)
@@ -83,18 +133,56 @@ class Config:
     store: str = "memory"
     runs: int = 3
     steps: int = 400
-    liveness_steps: int = 1200
+    #: released points of the liveness phase; None: derived from ``runs``
+    liveness_steps: int | None = None
     faults: bool = True
     fault_rate: float = 0.06
     world_faults: int = 2
-    drain_timeout: float = 10.0
+    #: the runtime's drain_timeout (seconds); None: derived from ``runs``
+    drain_timeout: float | None = None
     #: only these fault kinds ("+"-separated; "" = every kind); ``hostile`` enables the
-    #: misbehaving models of the workload
-    only: str = ""
+    #: misbehaving models of the workload. Checked: :class:`UnknownFaultError`.
+    only: str = attrs.field(default="")
+
+    @only.validator
+    def _check_only(self, attribute: Any, value: str) -> None:
+        parse_only(value)
+
+    @property
+    def time_scale(self) -> float:
+        """How much longer one Run's operation takes in virtual time than at
+        :data:`TIME_BASE_RUNS` Runs (1.0 up to it)."""
+        return max(1.0, self.runs / TIME_BASE_RUNS)
+
+    @property
+    def liveness_budget(self) -> int:
+        """Released points the fault-free phase allows: ``liveness_steps``, or
+        ``STEPS_PER_RUN * runs`` (at least :data:`LIVENESS_FLOOR`)."""
+        if self.liveness_steps is not None:
+            return self.liveness_steps
+        return max(LIVENESS_FLOOR, STEPS_PER_RUN * self.runs)
+
+    @property
+    def drain(self) -> float:
+        """The runtime's drain_timeout in virtual seconds (``drain_timeout``, or
+        :data:`DRAIN_TIMEOUT` times :attr:`time_scale`)."""
+        if self.drain_timeout is not None:
+            return self.drain_timeout
+        return DRAIN_TIMEOUT * self.time_scale
+
+    @property
+    def settle(self) -> float:
+        """The runtime's settle_timeout: :data:`SETTLE_TIMEOUT` times :attr:`time_scale`."""
+        return SETTLE_TIMEOUT * self.time_scale
+
+    @property
+    def grace(self) -> float:
+        """Virtual seconds past the drain before an unanswered request counts."""
+        return GRACE * self.time_scale
 
     def allows(self, fault: str) -> bool:
         """True when *fault* may be injected under ``only`` (all kinds when empty)."""
-        return not self.only or fault in self.only.split("+")
+        return not self.only or fault in self.only.split("+")  # checked at construction
 
 
 @attrs.frozen
@@ -321,7 +409,7 @@ class World:
             self.end = trio.Event()
             if final:
                 self.ctl.fault_steps = 0
-                self.ctl.extend(self.cfg.liveness_steps)
+                self.ctl.extend(self.cfg.liveness_budget)
             async with self._open_store() as store:
                 await self._incarnation(store, final)
                 if final:
@@ -340,7 +428,7 @@ class World:
         plans = self.workload.runs
         tools = self._tools()
         models = {f"m-{p.run_id}": SimModel(self, p) for p in plans}
-        settings = Settings(drain_timeout=self.cfg.drain_timeout, settle_timeout=5.0)
+        settings = Settings(drain_timeout=self.cfg.drain, settle_timeout=self.cfg.settle)
         self.body_entered = False
         with trio.CancelScope() as process:
             async with open_local_executor(tools=tools, models=models, max_attempts=3,
@@ -415,7 +503,7 @@ class World:
     async def _drain_requests(self) -> None:
         """After a runtime close / store close / takeover: every open request must be
         answered within drain_timeout."""
-        deadline = trio.current_time() + self.cfg.drain_timeout + GRACE
+        deadline = trio.current_time() + self.cfg.drain + self.cfg.grace
         while trio.current_time() < deadline:
             if all(r.done for r in self.requests):
                 return
@@ -424,7 +512,7 @@ class World:
             if not r.done:
                 self.obs.violate("answered", r.run_id,
                                  f"{r.kind}#{r.serial} (made at t={r.time:.1f}) not answered "
-                                 f"within drain_timeout={self.cfg.drain_timeout} s after the "
+                                 f"within drain_timeout={self.cfg.drain} s after the "
                                  f"{self.event.replace('_', ' ')}")
 
     # -- the application -------------------------------------------------------------------
@@ -629,18 +717,18 @@ class World:
         self.obs.note(f"CancelRun of {run_id} durable")
         drives = [d for d in self.requests if d.kind == "drive" and d.run_id == run_id
                   and not d.done]
-        await trio.sleep(self.cfg.drain_timeout + GRACE)
+        await trio.sleep(self.cfg.drain + self.cfg.grace)
         if self.rt is not rt or not self.rt_open:
             return
         late = [d for d in drives if not d.done and not d.world_fault]
         if late:
             self.obs.violate("cancel-reaches-work", run_id,
-                             f"drive#{late[0].serial} still running {self.cfg.drain_timeout} s "
+                             f"drive#{late[0].serial} still running {self.cfg.drain} s "
                              f"after CancelRun was durable")
         if self.obs.running_attempts[run_id] > 0:
             self.obs.violate("cancel-reaches-work", run_id,
                              f"an attempt of the Run is still running "
-                             f"{self.cfg.drain_timeout} s after CancelRun was durable")
+                             f"{self.cfg.drain} s after CancelRun was durable")
 
     async def _redeliver(self, outcome: Any) -> None:
         run_id = str(outcome.key.run_id)
@@ -721,7 +809,7 @@ class World:
             if isinstance(plan_next(state), Idle) and not needs_recovery(state):
                 continue
             what = type(state.current).__name__ if state.current is not None else "no step"
-            why = (f"{self.cfg.liveness_steps} fault-free steps" if exhausted
+            why = (f"{self.cfg.liveness_budget} fault-free steps" if exhausted
                    else "the application's drives")
             if any(p.run_id in bomb for bomb in self.check_bombs):
                 self.obs.violate("no-crash-loop", p.run_id,
