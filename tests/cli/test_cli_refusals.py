@@ -1,0 +1,101 @@
+"""A fresh user's CLI mistakes, refused before anything is written, as the project's one
+error format (RUN-CLI-1, RUN-CLI-2, RUN-STO-4): an unknown ``script:``, runner or input
+creates no store and no Run; a busy SQLite store is a typed error with a hint (exit 1);
+every error is ``runx-actors: <command>: <message>`` plus a ``hint:`` line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from runx_actors.cli import main
+
+SIGNING_ENV = {
+    "RUNX_RECEIPT_SIGN_KID": "runx-demo-key",
+    "RUNX_RECEIPT_SIGN_ED25519_SEED_BASE64": "QkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkI=",
+    "RUNX_RECEIPT_SIGN_ISSUER_TYPE": "hosted",
+}
+CLEAN_ENV: dict[str, str | None] = {
+    name: None for name in (
+        "RUNX_RECEIPT_VERIFY_KID", "RUNX_RECEIPT_VERIFY_ED25519_PUBLIC_KEY_BASE64",
+        "RUNX_RECEIPT_DIR", "RUNX_LOOP_RECEIPT_DIR", "RUNX_PROJECT_DIR", "RUNX_CWD",
+        "INIT_CWD", "RUNX_RUN_ID", "RUNX_ACTORS_STORE", "RUNX_ACTORS_DEBUG")
+}
+EXAMPLE = Path(__file__).parents[2] / "examples" / "loop-orchestration"
+TURN_INPUTS = ["-i", "loop_id=l", "-i", "turn_index=1", "-i", "max_turns=3",
+               "-i", "objective=x"]
+
+
+def cli(cwd: Path, *args: str, **env: str) -> Result:
+    merged: dict[str, str | None] = {**CLEAN_ENV, **SIGNING_ENV, **env}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        return CliRunner().invoke(main, list(args), env=merged, catch_exceptions=False)
+
+
+def json_error(result: Result) -> dict[str, Any]:
+    """The one JSON error object on stdout of a failed ``--json`` command."""
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stdout
+    doc: dict[str, Any] = json.loads(lines[0])
+    assert doc["ok"] is False and doc["exit_code"] == result.exit_code, doc
+    return doc
+
+
+def one_format(result: Result, command: str) -> list[str]:
+    """stderr is ``runx-actors: <command>: …`` then ``hint: …`` (and nothing else)."""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2, result.stderr
+    assert lines[0].startswith(f"runx-actors: {command}: "), lines
+    assert lines[1].startswith("hint: ") and len(lines[1]) > len("hint: "), lines
+    return lines
+
+
+@pytest.fixture
+def package(tmp_path: Path) -> Path:
+    shutil.copytree(EXAMPLE, tmp_path / "pkg")
+    return tmp_path / "pkg"
+
+
+# -- 1, 2: refused before the store exists ----------------------------------------------
+
+
+def test_an_unknown_script_is_refused_before_any_run(tmp_path: Path, package: Path) -> None:
+    xyaml = package / "X.yaml"
+    xyaml.write_text(xyaml.read_text().replace("script: loop-turn", "script: nope"))
+    ws = str(package / "workspace")
+    for args in (["skill", "pkg", *TURN_INPUTS, "--json"],
+                 ["loop", "run", "pkg", "--loop-id", "L", "-i", "objective=x", "--json"]):
+        for _ in range(2):  # a retry is refused the same way (no stuck Run piles up)
+            result = cli(tmp_path, *args, "--store", "st", "-R", "rc", RUNX_CWD=ws)
+            assert result.exit_code == 1, result.output
+            doc = json_error(result)
+            assert doc["error"] == "PackageError" and doc["reason"] == "unknown_script"
+            assert "'nope'" in doc["message"] and "loop-turn" in doc["message"]
+            assert "rt.cancel" not in doc["message"] and doc["hint"]
+            one_format(result, " ".join(args[:2]) if args[0] == "loop" else "skill")
+        assert not (tmp_path / "st").exists() and not (tmp_path / "rc").exists()
+
+
+@pytest.mark.parametrize("extra", [
+    ["skill", "pkg", *TURN_INPUTS, "--runner", "nope"],
+    ["skill", "pkg", *TURN_INPUTS, "-i", "bogus=1"],
+    ["skill", "pkg", *TURN_INPUTS[:2], *TURN_INPUTS[4:], "-i", "turn_index=NaN"],
+    ["skill", "pkg", *TURN_INPUTS[2:]],                       # loop_id missing
+    ["loop", "run", "pkg", "--loop-id", "L", "-i", "objective=x", "-i", "turn_index=5"],
+    ["loop", "run", "pkg", "--loop-id", "L", "-i", "objective=x", "--runner", "nope"],
+    ["loop", "run", "pkg", "--loop-id", "L"],                 # objective missing
+], ids=["runner", "unknown-input", "nan", "missing", "loop-managed", "loop-runner",
+        "loop-missing"])
+def test_a_refused_run_creates_no_store(tmp_path: Path, package: Path,
+                                        extra: list[str]) -> None:
+    result = cli(tmp_path, *extra, "--store", "st", "-R", "rc",
+                 RUNX_CWD=str(package / "workspace"))
+    assert result.exit_code == 1, result.output
+    one_format(result, " ".join(extra[:2]) if extra[0] == "loop" else "skill")
+    assert not (tmp_path / "st").exists(), sorted(p.name for p in (tmp_path / "st").iterdir())
