@@ -99,3 +99,32 @@ def test_a_refused_run_creates_no_store(tmp_path: Path, package: Path,
     assert result.exit_code == 1, result.output
     one_format(result, " ".join(extra[:2]) if extra[0] == "loop" else "skill")
     assert not (tmp_path / "st").exists(), sorted(p.name for p in (tmp_path / "st").iterdir())
+
+
+# -- 6: resume names the right error ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def app_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store whose Runs were made through the API (scope ``app``), not by ``skill``."""
+    from runs_scenario import build_store
+
+    return build_store(tmp_path_factory.mktemp("app") / "runs.sqlite3")
+
+
+@pytest.mark.parametrize(("run_id", "scope", "error", "reason", "says"), [
+    ("pending", "nope", "ScopeNotFoundError", None, "no scope 'nope'"),
+    ("pending", "app", "UnknownRunError", "not_governed", "was not made by `runx-actors skill`"),
+    ("ghost", "app", "UnknownRunError", "unknown_run", "unknown run 'ghost' in scope 'app'"),
+], ids=["no-scope", "not-governed", "no-run"])
+def test_resume_names_what_is_wrong(tmp_path: Path, app_store: Path, run_id: str, scope: str,
+                                    error: str, reason: str | None, says: str) -> None:
+    (tmp_path / "answers.json").write_text('{"approvals": {"x": true}}')
+    before = app_store.read_bytes()
+    result = cli(tmp_path, "resume", run_id, "answers.json", "--store", str(app_store),
+                 "--scope", scope, "-R", "rc", "--json")
+    assert result.exit_code == 1, result.output
+    doc = json_error(result)
+    assert doc["error"] == error and doc.get("reason") == reason and says in doc["message"]
+    assert doc["hint"] == one_format(result, "resume")[1].removeprefix("hint: ")
+    assert app_store.read_bytes() == before  # nothing was written
