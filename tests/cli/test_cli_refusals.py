@@ -128,3 +128,22 @@ def test_resume_names_what_is_wrong(tmp_path: Path, app_store: Path, run_id: str
     assert doc["error"] == error and doc.get("reason") == reason and says in doc["message"]
     assert doc["hint"] == one_format(result, "resume")[1].removeprefix("hint: ")
     assert app_store.read_bytes() == before  # nothing was written
+
+
+# -- 7: runs timeline -o ---------------------------------------------------------------------
+
+
+def test_timeline_output_dash_is_stdout(tmp_path: Path, app_store: Path) -> None:
+    result = cli(tmp_path, "runs", "timeline", "pending", "--store", str(app_store), "-o", "-")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("gantt\n") and "wrote" not in result.stderr
+    assert list(tmp_path.iterdir()) == []  # no file named '-'
+
+
+@pytest.mark.parametrize("value", ["", "."], ids=["empty", "directory"])
+def test_timeline_output_that_names_no_file_is_a_usage_error(tmp_path: Path, app_store: Path,
+                                                             value: str) -> None:
+    result = cli(tmp_path, "runs", "timeline", "pending", "--store", str(app_store),
+                 "-o", value)
+    assert result.exit_code == 64, result.output
+    assert "-o" in result.stderr and list(tmp_path.iterdir()) == []
