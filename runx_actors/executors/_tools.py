@@ -35,7 +35,7 @@ from ..effect import (
     ToolFailure,
     ToolFailureClass,
 )
-from ..effect._escape import stops_the_process
+from ..effect._escape import describe_error, stops_the_process
 from ..protocol.canonical import canonical_json_text, parse_json_strict
 from ..protocol.digests import digest_tool_definition
 from ..protocol.errors import RunxError, ValidationError
@@ -325,7 +325,7 @@ class Tool:
             if stops_the_process(error):  # escapes; SystemExit included, RUN-ACT-1)
                 raise
             return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS, (
-                f"the argument check raised {type(error).__name__}: {error}")[:500])
+                f"the argument check raised {describe_error(error)}")[:500])
 
     def _checked(self, value: Any) -> ToolFailure | None:
         if not isinstance(value, dict):
