@@ -147,3 +147,14 @@ def test_timeline_output_that_names_no_file_is_a_usage_error(tmp_path: Path, app
                  "-o", value)
     assert result.exit_code == 64, result.output
     assert "-o" in result.stderr and list(tmp_path.iterdir()) == []
+
+
+# -- 5: one format for every error ----------------------------------------------------------
+
+
+def test_a_demo_configuration_error_is_one_line_and_a_hint(tmp_path: Path) -> None:
+    result = cli(tmp_path, "demo", "loop-orchestration", RUNX_RECEIPT_SIGN_KID="")
+    assert result.exit_code == 1, result.output
+    first, hint = one_format(result, "demo")
+    assert "RUNX_RECEIPT_SIGN_KID not set" in first and "RUNX_RECEIPT_SIGN_" in hint
+    assert result.stdout == ""  # no receipts= / store= lines: no demonstration ran
