@@ -85,8 +85,8 @@ def loop_run(package: str, loop_id: str, runner: str, max_turns: int,
              store: str | None, scope: str, as_json: bool) -> None:
     """Run (or continue) the loop LOOP_ID of PACKAGE until it stops, parks or fails."""
     from .host._cli_support import EXPECTED_ERRORS, environment, fail, run_trio
-    from .host.cli_commands import _host, _parse_inputs
     from .host._governed import check_runner
+    from .host.cli_commands import _host, _parse_inputs
     from .host.loop import LoopHost, LoopSpec, check_max_turns
     from .host.package import load_package
     from .store.sqlite import open_sqlite_store
