@@ -38,8 +38,9 @@ def _lock(path: Path, *, readers_too: bool = False) -> sqlite3.Connection:
 
 def _assert_busy(error: BaseException, path: Path) -> None:
     assert isinstance(error, StoreBusyError) and isinstance(error, StoreOpenError)
-    assert isinstance(error, RunxError) and error.reason == "busy"
-    assert error.path == str(path) and error.timeout == BUSY and error.hint
+    assert isinstance(error, RunxError) and getattr(error, "reason", None) == "busy"
+    assert getattr(error, "path", None) == str(path) and error.hint
+    assert getattr(error, "timeout", None) == BUSY
     assert "locked" in str(error) and isinstance(error.__cause__, sqlite3.OperationalError)
 
 
