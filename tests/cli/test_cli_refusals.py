@@ -158,3 +158,16 @@ def test_a_demo_configuration_error_is_one_line_and_a_hint(tmp_path: Path) -> No
     first, hint = one_format(result, "demo")
     assert "RUNX_RECEIPT_SIGN_KID not set" in first and "RUNX_RECEIPT_SIGN_" in hint
     assert result.stdout == ""  # no receipts= / store= lines: no demonstration ran
+
+
+@pytest.mark.parametrize("target", ["/nonexistent", "dir", "dir/x.sqlite3"])
+def test_store_check_of_no_store_is_store_missing_with_a_hint(tmp_path: Path,
+                                                              target: str) -> None:
+    (tmp_path / "dir").mkdir()
+    result = cli(tmp_path, "store", "check", target, "--json")
+    assert result.exit_code == 64, result.output
+    doc = json_error(result)
+    assert doc["error"] == "StoreMissingError" and doc["command"] == "store check"
+    assert doc["hint"] == one_format(result, "store check")[1].removeprefix("hint: ")
+    assert [p.name for p in tmp_path.iterdir()] == ["dir"] and not any(
+        (tmp_path / "dir").iterdir())  # nothing was created
