@@ -267,7 +267,7 @@ def _report_error(exc: BaseException, *, debug: bool, ctx: click.Context | None 
         inner = inner.exceptions[0]
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
-    command = ctx.command_path.partition(" ")[2] if ctx is not None else ""
+    command = _command_name(ctx)
     prefix = f"runx-actors: {command}: " if command else "runx-actors: "
     if isinstance(inner, (RunxError, OSError)):
         from .host._cli_support import exit_code_for, hint_for
