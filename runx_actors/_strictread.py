@@ -310,6 +310,13 @@ class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML is untyped
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
+# YAML 1.2's floats that PyYAML's YAML 1.1 resolver reads as strings: an exponent without
+# a dot or without a sign (1e308, 2.5e3, .5E-3). Past the double range they are refused
+# like .inf (non_finite, construct_yaml_float).
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 
 

@@ -67,8 +67,9 @@ async def open_sqlite_runtime(path: str | Path, *, model: ModelRef,
     ``Cancelled``), then the store.
 
     Raises: ValueError (duplicate tool refs; before anything opens), the store's open
-    errors (SchemaVersionError, CorruptRecordError), OwnershipLostError (another process
-    opened the scope meanwhile).
+    errors (SchemaVersionError, CorruptRecordError, StoreOpenError; StoreBusyError when
+    another connection holds the file's lock for more than 30 s, here or on a later
+    write), OwnershipLostError (another process opened the scope meanwhile).
 
     An exception raised in the block comes out as itself, not in an ExceptionGroup; an error
     of a background task comes out in an ExceptionGroup (RUN-ACT-10).

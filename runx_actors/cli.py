@@ -139,14 +139,16 @@ class _Main(click.Group):
                 _interrupted()
             if not isinstance(group, Exception):
                 raise
-            code = _report_error(group, debug=self.debug)
+            where = _failing_context(group)
+            code = _report_error(group, debug=self.debug, ctx=where)
             if as_json:
-                _echo_json_error(group, code, None)
+                _echo_json_error(group, code, where)
             sys.exit(code)
         except Exception as exc:  # the one top-level handler: no raw traceback (RUN-CLI-1)
-            code = _report_error(exc, debug=self.debug)
+            where = _failing_context(exc)
+            code = _report_error(exc, debug=self.debug, ctx=where)
             if as_json:
-                _echo_json_error(exc, code, None)
+                _echo_json_error(exc, code, where)
             sys.exit(code)
         sys.exit(code if isinstance(code, int) else EX_OK)
 
@@ -236,10 +238,28 @@ def _one_line(text: str, limit: int = 500) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
-def _report_error(exc: BaseException, *, debug: bool) -> int:
-    """Print *exc* as one line (plus a hint) and return its documented exit code: a
-    host error's ``exit_code``, 1 for any other library error or an ``OSError``, 70 for
-    anything else (a bug)."""
+def _failing_context(exc: BaseException) -> click.Context | None:
+    """The innermost click context *exc* propagated through (its command's), found in its
+    traceback, or None when it was raised before a command was parsed: so that an error
+    that escapes a command still names it (``"command"`` of the JSON error object)."""
+    found: click.Context | None = None
+    tb = exc.__traceback__
+    while tb is not None:
+        local = tb.tb_frame.f_locals
+        for name in ("ctx", "self"):
+            if isinstance(local.get(name), click.Context):
+                found = local[name]
+                break
+        tb = tb.tb_next
+    return found
+
+
+def _report_error(exc: BaseException, *, debug: bool, ctx: click.Context | None = None
+                  ) -> int:
+    """Print *exc* as one line (``runx-actors: <command>: …``, the command from *ctx*)
+    plus a hint and return its documented exit code: a host error's ``exit_code``, 1 for
+    any other library error or an ``OSError``, 70 for anything else (a bug)."""
+    from .effect._escape import describe_error
     from .protocol.errors import RunxError
 
     inner = exc
@@ -247,16 +267,17 @@ def _report_error(exc: BaseException, *, debug: bool) -> int:
         inner = inner.exceptions[0]
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
+    command = _command_name(ctx)
+    prefix = f"runx-actors: {command}: " if command else "runx-actors: "
     if isinstance(inner, (RunxError, OSError)):
         from .host._cli_support import exit_code_for, hint_for
 
-        click.echo(f"runx-actors: {_one_line(str(inner))}", err=True)
+        click.echo(f"{prefix}{_one_line(str(inner))}", err=True)
         hint = hint_for(inner)
         if hint:
             click.echo(f"hint: {hint}", err=True)
         return exit_code_for(inner)
-    click.echo(f"runx-actors: internal error: {type(inner).__name__}: "
-               f"{_one_line(str(inner), 200)}", err=True)
+    click.echo(f"{prefix}internal error: {_one_line(describe_error(inner), 200)}", err=True)
     if not debug:
         click.echo(f"hint: this is a bug; rerun with --debug (or {DEBUG_ENV}=1) for the "
                    "traceback", err=True)

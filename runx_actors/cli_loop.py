@@ -85,8 +85,9 @@ def loop_run(package: str, loop_id: str, runner: str, max_turns: int,
              store: str | None, scope: str, as_json: bool) -> None:
     """Run (or continue) the loop LOOP_ID of PACKAGE until it stops, parks or fails."""
     from .host._cli_support import EXPECTED_ERRORS, environment, fail, run_trio
+    from .host._governed import check_runner
     from .host.cli_commands import _host, _parse_inputs
-    from .host.loop import LoopHost, LoopSpec
+    from .host.loop import LoopHost, LoopSpec, check_max_turns
     from .host.package import load_package
     from .store.sqlite import open_sqlite_store
 
@@ -96,6 +97,10 @@ def loop_run(package: str, loop_id: str, runner: str, max_turns: int,
         host = _host(receipt_dir, store, env, cwd)
         spec = LoopSpec(loop_id=loop_id, package=load_package(cwd / package), runner=runner,
                         max_turns=max_turns, fixed_inputs=values, scope=scope)
+        # what LoopHost.run checks first, before the store is created or opened
+        check_max_turns(spec.max_turns)
+        check_runner(spec.package, spec.runner, host.config)
+        spec.turn_inputs(1, None)
         host.store.parent.mkdir(parents=True, exist_ok=True)
 
         async def main() -> Any:

@@ -342,14 +342,27 @@ def runs_log(run_id: str, store: str | None, scope: str | None, as_json: bool) -
     _console().print(table)
 
 
+def _output_path(ctx: click.Context, param: click.Parameter, value: str | None
+                 ) -> Path | None:
+    """``-o``: ``None`` (stdout) for no value or ``-``; an empty value is a usage error
+    (64, before any store opens), as a directory is."""
+    if value is None or value == "-":
+        return None
+    if not value:
+        raise click.BadParameter("an empty path: give a file name, or - for stdout",
+                                 ctx=ctx, param=param)
+    return Path(value)
+
+
 @runs.command("timeline")
 @_run_argument
 @_store_option
 @_scope_option
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "html", "json"]),
               default="mermaid", show_default=True)
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Write to this file instead of stdout.")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, allow_dash=True),
+              default=None, callback=lambda ctx, param, value: _output_path(ctx, param, value),
+              help="Write to this file instead of stdout (`-`: stdout).")
 def runs_timeline(run_id: str, store: str | None, scope: str | None, fmt: str,
                   output: Path | None) -> None:
     """Draw a Run: model steps, tool calls in parallel lanes, approvals, crashes,

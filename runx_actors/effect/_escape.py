@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-__all__ = ["stops_the_process"]
+__all__ = ["stops_the_process", "describe_error"]
 
 
 def stops_the_process(error: BaseException) -> bool:
@@ -18,3 +18,16 @@ def stops_the_process(error: BaseException) -> bool:
     if isinstance(error, BaseExceptionGroup):
         return any(stops_the_process(e) for e in error.exceptions)
     return isinstance(error, trio.Cancelled | KeyboardInterrupt | GeneratorExit)
+
+
+def describe_error(error: BaseException) -> str:
+    """``"<type name>: <str(error)>"`` for a message about *error* raised by code called
+    on a Run's behalf, whatever that code did to its exception: a ``__str__`` that raises
+    (or returns something other than text) gives ``<unprintable TypeName>`` in its place,
+    so rendering the failure can never fail the call a second time (RUN-ACT-1)."""
+    name = type(error).__name__
+    try:
+        text = str(error)
+    except Exception:
+        return f"{name}: <unprintable {name}>"
+    return f"{name}: {text}" if isinstance(text, str) else f"{name}: <unprintable {name}>"

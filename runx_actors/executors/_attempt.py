@@ -38,7 +38,7 @@ from ..effect import (
     ToolFailure,
     ToolFailureClass,
 )
-from ..effect._escape import stops_the_process
+from ..effect._escape import describe_error, stops_the_process
 from ..protocol.canonical import canonical_json_text
 from ..protocol.digests import digest_model_result, digest_tool_output
 from ..protocol.values import ModelRequest, ModelResult, ToolResult
@@ -75,7 +75,7 @@ async def run_model(model: Model, request: ModelRequest, emit: ModelEmit,
     except BaseException as error:  # an Exception, or SystemExit & co. (RUN-ACT-1)
         if stops_the_process(error):
             raise
-        return ModelFailed(FailureCode.EXECUTOR_ERROR, f"{type(error).__name__}: {error}")
+        return ModelFailed(FailureCode.EXECUTOR_ERROR, describe_error(error))
     if limit is not None and limit.cancelled_caught:
         return ModelFailed(FailureCode.DEADLINE_EXCEEDED, f"no answer within {timeout} s")
     if not isinstance(result, ModelResult):
@@ -91,7 +91,7 @@ async def run_model(model: Model, request: ModelRequest, emit: ModelEmit,
         digest_model_result(result)
     except Exception as error:
         return ModelFailed(FailureCode.MALFORMED_RESULT,
-                           f"cannot be frozen: {type(error).__name__}: {error}"[:500])
+                           f"cannot be frozen: {describe_error(error)}"[:500])
     return ModelSucceeded(result)
 
 
@@ -139,7 +139,7 @@ async def run_tool(found: Tool, assignment: Assignment, arguments: str,
         # another BaseException of the tool's code: that call's failure, never the
         # process's nor another Run's (RUN-ACT-1); the effect may or may not have happened
         return ToolExecutionUnknown(ToolFailure(
-            ToolFailureClass.EXECUTION_FAILED, f"{type(error).__name__}: {error}"))
+            ToolFailureClass.EXECUTION_FAILED, describe_error(error)))
     if limit is not None and limit.cancelled_caught:
         return ToolExecutionUnknown(ToolFailure(
             ToolFailureClass.TIMEOUT, f"no answer within {found.timeout} s"))
@@ -184,7 +184,7 @@ def tool_output(value: Any, max_bytes: int | None = None) -> OutcomeResult:
     except Exception as error:
         return ToolExecutionFailed(ToolFailure(
             ToolFailureClass.INTERNAL,
-            f"the tool output cannot be frozen: {type(error).__name__}: {error}"[:500]),
+            f"the tool output cannot be frozen: {describe_error(error)}"[:500]),
             RetryDisposition.NEVER)
     if max_bytes is not None and len(text) * 4 > max_bytes:  # cheap bound, then exact
         size = len(text.encode("utf-8"))

@@ -48,6 +48,7 @@ from ..effect import (
     ToolFailureClass,
     Unknown,
 )
+from ..effect._escape import describe_error
 from ..protocol.digests import digest_model_request
 from ..protocol.errors import (
     DispatchRejectedError,
@@ -266,7 +267,7 @@ class LocalExecutor:
             return found.declaration_failure(body) or found.arguments_failure(body.arguments)
         except Exception as error:  # never escapes into the caller's runtime (issue 9)
             return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS, (
-                f"validation raised {type(error).__name__}: {error}")[:500])
+                f"validation raised {describe_error(error)}")[:500])
 
     async def dispatch(self, a: Assignment) -> None:
         """Accept *a* and start it in a task; returns once accepted (RUN-EXE-3).
@@ -674,7 +675,7 @@ class LocalExecutor:
             raise
         except Exception as error:  # a bug in the executor itself: never leave it hanging
             _log.exception("local executor worker failed for %r", record.key)
-            result = Unknown(f"executor error: {type(error).__name__}: {error}")
+            result = Unknown(f"executor error: {describe_error(error)}")
         if record.worker != worker:
             return  # orphaned or superseded meanwhile
         if result is None or scope.cancelled_caught:

@@ -72,7 +72,7 @@ import trio
 from ..effect import RetryDisposition, ToolFailure, ToolFailureClass
 from ..protocol.values import ResponsePolicy, ToolPlacement, ToolRef, ToolReplay
 from ._fs import TOO_LARGE
-from ._tools import Tool, ToolCheck, ToolError, ToolUnknownError, python_tool
+from ._tools import Tool, ToolCheck, ToolError, ToolUnknownError, not_an_object, python_tool
 
 __all__ = [
     "DEFAULT_SUBPROCESS_TIMEOUT",
@@ -254,8 +254,7 @@ class _Program:
     def check(self, arguments: Any) -> ToolFailure | None:
         """``validate`` hook (RUN-EXE-5): the call's failure, or ``None``."""
         if not isinstance(arguments, dict):
-            return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS,
-                               "arguments must be a JSON object")
+            return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS, not_an_object(arguments))
         try:
             self.prepare(arguments)
         except ToolError as error:

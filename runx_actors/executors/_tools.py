@@ -35,7 +35,7 @@ from ..effect import (
     ToolFailure,
     ToolFailureClass,
 )
-from ..effect._escape import stops_the_process
+from ..effect._escape import describe_error, stops_the_process
 from ..protocol.canonical import canonical_json_text, parse_json_strict
 from ..protocol.digests import digest_tool_definition
 from ..protocol.errors import RunxError, ValidationError
@@ -60,7 +60,30 @@ __all__ = [
     "python_tool",
     "tool",
     "DEFAULT_PARAMETERS",
+    "not_an_object",
 ]
+
+
+def not_an_object(value: Any) -> str:
+    """The ``invalid_arguments`` message for tool arguments *value* (parsed JSON) that
+    are not an object: what they are instead. A model's arguments text that is not
+    strict JSON was frozen as a JSON string holding the text (§3.8,
+    ``freeze_tool_arguments``), so for a string the message says why the text is not
+    JSON (``duplicate key 'x'``, ``NaN is not JSON``, a syntax error …) and quotes its
+    start."""
+    if isinstance(value, str):
+        shown = value if len(value) <= 80 else value[:77] + "..."
+        try:
+            parse_json_strict(value)
+        except ValidationError as error:
+            return (f"arguments must be a JSON object; the model's arguments text is not "
+                    f"strict JSON ({error.message or error}): {shown!r}")
+        return f"arguments must be a JSON object, not a JSON string ({shown!r})"
+    kind = ("null" if value is None else "a boolean" if isinstance(value, bool)
+            else "a number" if isinstance(value, int | float)
+            else "an array" if isinstance(value, list) else type(value).__name__)
+    return f"arguments must be a JSON object, not {kind}"
+
 
 #: Parameters of a tool declared without a schema: any JSON object.
 DEFAULT_PARAMETERS: Mapping[str, Any] = {"type": "object"}
@@ -302,12 +325,11 @@ class Tool:
             if stops_the_process(error):  # escapes; SystemExit included, RUN-ACT-1)
                 raise
             return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS, (
-                f"the argument check raised {type(error).__name__}: {error}")[:500])
+                f"the argument check raised {describe_error(error)}")[:500])
 
     def _checked(self, value: Any) -> ToolFailure | None:
         if not isinstance(value, dict):
-            return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS,
-                               "arguments must be a JSON object")
+            return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS, not_an_object(value))
         errors = [] if self.any_object else schema_errors(value, self.schema)
         if errors:
             return ToolFailure(ToolFailureClass.INVALID_ARGUMENTS, "; ".join(errors[:5]))

@@ -7,7 +7,10 @@ Everything runs in-process against a kept temporary root ``<tmp>/runx-loop-*/`` 
 ``RUNX_RECEIPT_SIGN_*`` one, else the demo identity (§4.5).
 
 stdout is exactly the transcript of §9.3; a demonstration that does not behave as listed
-prints ``demo failed: <demonstration>: <why>`` on stderr and the command exits 1.
+prints ``demo failed: <demonstration>: <why>`` on stderr and the command exits 1. An
+error before any demonstration runs (a signing identity half set, an unwritable temporary
+directory) is reported as every command's: ``runx-actors: demo: <message>`` and a
+``hint:`` line, exit 1.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from ._cli_support import (
     EXPECTED_ERRORS,
     STORE_FILE,
     environment,
-    hint_for,
+    fail,
     run_trio,
     unwrap,
 )
@@ -266,12 +269,8 @@ def demo(*, name: str, scenario: str | None) -> int:
     try:
         setup = _demo_setup(env)
         failures, paused = run_trio(lambda: _run_demos(names, setup, env))
-    except _DEMO_ERRORS as exc:
-        click.echo(f"demo failed: setup: {unwrap(exc)}", err=True)
-        hint = hint_for(unwrap(exc))
-        if hint:
-            click.echo(f"hint: {hint}", err=True)
-        return 1
+    except _DEMO_ERRORS as exc:  # a configuration error, reported as every command's
+        return fail("demo", exc, as_json=False)
     click.echo(f"receipts={setup.receipts}")
     click.echo(f"store={setup.store}")
     for demonstration, why in failures:

@@ -160,6 +160,10 @@ _PACKAGE_HINTS = {
                      "to the current directory",
     "unknown_runner": "use --runner with a runner declared under `runners:` in the "
                       "package's X.yaml",
+    "unknown_script": "set the runner's `script:` in X.yaml to one of the scripts named "
+                      "above",
+    "unknown_tool": "list only tools this host provides (fs.read, fs.write) in the "
+                    "runner's `tools:` in X.yaml",
 }
 
 

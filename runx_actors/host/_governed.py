@@ -90,9 +90,10 @@ from .errors import (
     ContextChangedDuringPreparation,
     ContextRefError,
     LoopIntegrityError,
+    PackageError,
     UnknownRunError,
 )
-from .package import Package, Runner
+from .package import Package, Runner, ScriptedRunner
 from .policy import policy_gate
 from .receipts import (
     Receipt,
@@ -102,7 +103,7 @@ from .receipts import (
     Reference,
     format_created_at,
 )
-from .turn import builtin_models
+from .turn import BUILTIN_SCRIPTS, builtin_models
 
 __all__ = [
     "utc_now",
@@ -111,6 +112,7 @@ __all__ = [
     "RequestInfo",
     "GovernedSession",
     "open_session",
+    "check_runner",
     "normalise_name",
     "derive_requests",
     "requests_of",
@@ -694,6 +696,29 @@ def _single_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | No
     return leaves[0] if len(leaves) == 1 else None
 
 
+def check_runner(package: Package, runner_name: str, config: HostConfig) -> list[Tool]:
+    """Check that this host can serve *package*'s runner *runner_name*, before anything
+    is written (the CLI calls it before it creates or opens a store): the runner exists,
+    this host provides each of its catalog tools, and a ``scripted-run``'s ``script`` is a
+    built-in script (``BUILTIN_SCRIPTS``) or one of ``config.models``. Returns the
+    runner's executor tools (:func:`~._prompt.catalog_tools`).
+
+    Raises:
+        PackageError: ``reason`` ``unknown_runner``, ``unknown_tool`` or
+            ``unknown_script`` (the package author's error; no Run is created).
+    """
+    runner = package.runner(runner_name)
+    tools = catalog_tools(config.workspace, runner, config.tools)
+    if isinstance(runner, ScriptedRunner):
+        served = sorted({*BUILTIN_SCRIPTS, *config.models})
+        if runner.script not in served:
+            raise PackageError(
+                f"runner {runner_name}: script {runner.script!r} is not a script this host "
+                f"serves (known: {', '.join(served)})", path=str(package.root),
+                reason="unknown_script")
+    return tools
+
+
 @contextlib.asynccontextmanager
 async def open_session(store: Any, scope: str, package: Package, runner_name: str,
                        config: HostConfig) -> AsyncIterator[GovernedSession]:
@@ -704,10 +729,11 @@ async def open_session(store: Any, scope: str, package: Package, runner_name: st
     An error raised inside the block leaves it as itself (not wrapped in the exception
     group of the nurseries it crosses).
 
-    Raises: PackageError (a catalog tool this host does not provide), OwnershipLostError.
+    Raises: PackageError (:func:`check_runner`: an unknown runner, a catalog tool or a
+    script this host does not provide; nothing is written), OwnershipLostError.
     """
     runner = package.runner(runner_name)
-    tools = catalog_tools(config.workspace, runner, config.tools)
+    tools = check_runner(package, runner_name, config)
     models = {**builtin_models(), **config.models}
     try:
         async with open_local_executor(tools=tools, models=models) as local:

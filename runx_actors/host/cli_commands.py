@@ -52,7 +52,7 @@ from .receipts import (
     verify_command,
 )
 from .resume import resume_run
-from .skill import exit_code_of, run_skill
+from .skill import check_skill, exit_code_of, run_skill
 
 __all__ = ["COMMANDS", "demo", "skill", "resume", "harness", "verify"]
 
@@ -184,7 +184,8 @@ def skill(*, package: str, runner: str | None, inputs: tuple[str, ...],
     try:
         host = _host(receipt_dir, store, env, cwd)
         loaded = load_package(cwd / package)
-        host.store.parent.mkdir(parents=True, exist_ok=True)
+        check_skill(loaded, inputs=values, config=host.config, runner=runner)
+        host.store.parent.mkdir(parents=True, exist_ok=True)  # nothing before the checks
 
         async def main() -> dict[str, Any]:
             async with open_sqlite_store(host.store) as opened:

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import attrs
 import cattrs
-from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
+from cattrs.errors import ForbiddenExtraKeysError
 
 from .._strictread import MalformedInputError, limit_for, loads_yaml, read_regular_file
 from ..protocol.canonical import MAX_SAFE_INTEGER
@@ -201,15 +201,21 @@ converter = _make_converter()
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ForbiddenExtraKeysError):
-        return f"unknown keys {sorted(exc.extra_fields)} in {exc.cl.__name__}"
-    if isinstance(exc, ClassValidationError | cattrs.errors.BaseValidationError):
-        notes = []
-        for sub in exc.exceptions:
-            where = getattr(sub, "__notes__", None) or []
-            notes.append(f"{_describe(sub)}{' (' + '; '.join(where) + ')' if where else ''}")
-        return "; ".join(notes) or str(exc)
-    return str(exc)
+    """*exc* of structuring X.yaml as ``<field path>: <problem>`` items joined by ``; ``
+    (``runners['turn'].timeout_seconds: expected a number, got '1e999'``): cattrs'
+    ``transform_error`` walks the error tree and names each field by its path in the
+    document, never by cattrs' internal class and type names."""
+    def problem(error: BaseException, _: Any) -> str:
+        if isinstance(error, ForbiddenExtraKeysError):
+            return f"unknown keys {sorted(error.extra_fields)}"
+        return str(error)
+
+    out = []
+    for line in cattrs.transform_error(exc, path="$", format_exception=problem):
+        message, _, where = line.rpartition(" @ ")
+        where = where.removeprefix("$").removeprefix(".")
+        out.append(f"{where}: {message}" if where else message)
+    return "; ".join(out) or str(exc)
 
 
 # -- loading ----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ refused and nothing is committed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 import cattrs
@@ -26,8 +26,10 @@ import trio
 from ..protocol import facts as F
 from ..protocol.canonical import canonical_json_text
 from ..protocol.digests import digest_tool_response_payload
+from ..protocol.errors import RunNotFoundError
 from ..protocol.values import RunStatus
 from ..runtime import answer, approve, reject
+from ..store._check import ScopeNotFoundError
 from ..store._verify import verify_run
 from ._governed import (
     GovernedSession,
@@ -266,12 +268,37 @@ async def _commit(session: GovernedSession, item: _Commit) -> None:
         await reject(store, request, item.reason)
 
 
+_NOT_GOVERNED_HINT = ("`resume` answers runs made by `runx-actors skill` (or a loop turn); "
+                      "answer another Run's waiting call with `runx-actors runs approve|"
+                      "reject|respond`")
+
+
+async def _refuse_unknown(store: Any, reader: Any, scope: str, run_id: str) -> NoReturn:
+    """Raise the right error for a *run_id* that has no ``run_opened`` in *scope*: the
+    scope does not exist (ScopeNotFoundError), the Run exists but was not made by the
+    host (UnknownRunError, reason ``not_governed``), or there is no such Run."""
+    scope_epoch = getattr(store, "scope_epoch", None)
+    if scope_epoch is not None and await scope_epoch(scope) == 0:
+        raise ScopeNotFoundError(f"the store has no scope {scope!r}", scope=scope)
+    try:
+        await reader.record(run_id)
+    except RunNotFoundError:
+        raise UnknownRunError(f"unknown run {run_id!r} in scope {scope!r}",
+                              run_id=run_id) from None
+    raise UnknownRunError(f"run {run_id!r} in scope {scope!r} was not made by `runx-actors "
+                          "skill` (it has no run_opened record), so it has no answers "
+                          "file to resume", run_id=run_id, reason="not_governed",
+                          hint=_NOT_GOVERNED_HINT)
+
+
 async def resume_run(store: Any, run_id: str, answers: Any, *, config: HostConfig,
                      scope: str = DEFAULT_SCOPE) -> ResumeOutcome:
     """Resume the parked Run *run_id* with *answers* (a parsed answers file or an
     :class:`AnswersFile`) (§7.3).
 
-    1. An unknown run id raises :class:`UnknownRunError`.
+    1. An unknown run id raises :class:`UnknownRunError` (``reason`` ``not_governed``
+       for a Run of the scope that the host did not make); a scope the store does not
+       have raises ScopeNotFoundError.
     2. A terminal Run is sealed (and recorded) if needed and reported; the answers are
        ignored with the warning :data:`ANSWERS_IGNORED`.
     3. The whole file is validated; an identical answer to an already answered request is
@@ -281,8 +308,8 @@ async def resume_run(store: Any, run_id: str, answers: Any, *, config: HostConfi
     6. The Run is driven: sealed and recorded if it ends, its new requests if it parks.
 
     Raises:
-        UnknownRunError, AnswersError, ApprovalNotAttestedError, ContextSkillChanged,
-        PackageChangedError, PackageError: nothing was committed.
+        UnknownRunError, ScopeNotFoundError, AnswersError, ApprovalNotAttestedError,
+        ContextSkillChanged, PackageChangedError, PackageError: nothing was committed.
         CorruptStoreError, CorruptRecordError: the store or the Run is damaged (a fact, the
             commit-id index, an epoch or a frozen body); checked before anything is
             written, so nothing was.
@@ -291,7 +318,7 @@ async def resume_run(store: Any, run_id: str, answers: Any, *, config: HostConfi
     reader = await store.reader(scope)
     gov = fold_governed(run_id, await reader.read_stream(governed_stream(run_id)))
     if gov.opened is None:
-        raise UnknownRunError(f"unknown run {run_id!r}", run_id=run_id)
+        await _refuse_unknown(store, reader, scope, run_id)
     opened = gov.opened
     package = await trio.to_thread.run_sync(load_package, str(opened["package_path"]))
     runner_name = str(opened["runner"])

@@ -20,6 +20,7 @@ from ._governed import (
     Phase,
     RequestInfo,
     check_input_body,
+    check_runner,
     open_session,
 )
 from ._hashing import digest_json
@@ -38,6 +39,7 @@ __all__ = [
     "skill_run_result",
     "exit_code_of",
     "run_skill",
+    "check_skill",
     "resume_command",
 ]
 
@@ -135,6 +137,24 @@ async def report_ended(session: GovernedSession, run_id: str) -> dict[str, Any]:
                             run_id=run_id, outcome=state.status.value, sealed=sealed)
 
 
+def check_skill(package: Package, *, inputs: Mapping[str, Any], config: HostConfig,
+                runner: str | None = None) -> tuple[str, dict[str, Any]]:
+    """What :func:`run_skill` checks before it touches a store: the runner (default: the
+    package's default runner) exists and this host serves it (:func:`check_runner`), and
+    *inputs* satisfy its input contract. Returns ``(runner name, canonical inputs)``.
+    The CLI calls it before it creates or opens the store, so a refused run writes
+    nothing at all.
+
+    Raises:
+        PackageError: unknown runner, catalog tool or script.
+        InputContractError: the inputs violate the contract.
+    """
+    name = runner or package.default_runner
+    spec = package.runner(name)
+    check_runner(package, name, config)
+    return name, apply_input_contract(spec, inputs)
+
+
 async def run_skill(store: Any, package: Package, *, inputs: Mapping[str, Any],
                     config: HostConfig, runner: str | None = None,
                     scope: str = DEFAULT_SCOPE, run_id: str | None = None,
@@ -150,15 +170,15 @@ async def run_skill(store: Any, package: Package, *, inputs: Mapping[str, Any],
     Checkpoint: always.
     Raises:
         InputContractError: the inputs violate the contract (no Run, no receipt).
-        PackageError: unknown runner.
+        PackageError: unknown runner, or a catalog tool or script this host does not
+            serve (:func:`check_skill`; no Run, no receipt).
         LoopConfigMismatch: *run_id* exists with other inputs or runner.
         ContextSkillChanged: a parked request's context changed (it is withheld).
         OwnershipLostError: another writer took over the scope.
         CorruptRecordError: the store holds a damaged body this Run needs (nothing is
             written: checked before the scope is opened).
     """
-    name = runner or package.default_runner
-    canonical = apply_input_contract(package.runner(name), inputs)
+    name, canonical = check_skill(package, inputs=inputs, config=config, runner=runner)
     rid = run_id or new_run_id(name, env)
     # validated before the scope opens (an epoch bump is a write): RUN-STO-4
     await check_input_body(store.frozen, canonical)

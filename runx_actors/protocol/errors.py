@@ -66,6 +66,7 @@ __all__ = [
     "CorruptStoreError",
     "CorruptRecordError",
     "StoreOpenError",
+    "StoreBusyError",
     "RunConflictError",
 ]
 
@@ -205,6 +206,19 @@ class StoreOpenError(RunxError):
     or OS's error is ``__cause__``). The message names the path. Attributes: ``path``,
     ``reason``. A file that is there but is not a store is CorruptStoreError or
     SchemaVersionError instead."""
+
+
+class StoreBusyError(StoreOpenError):
+    """Another connection held a lock on a SQLite store for longer than the store's busy
+    timeout (``busy_timeout``, seconds: 30 by default), so a read or a write could not
+    run (``sqlite3``'s ``database is locked``, SQLITE_BUSY / SQLITE_LOCKED). Nothing of
+    the refused operation was written; trying again once the other connection has
+    finished is safe (a write's derived commit ids make a repeat replay). Attributes:
+    ``path``, ``reason`` (``"busy"``), ``timeout`` (the seconds waited), ``hint`` (what
+    to do). The CLI exits 1."""
+
+    hint = ("another process holds the store's lock (an open `sqlite3` shell, a running "
+            "app or command using the same file): let it finish, then run the command again")
 
 
 class LoopError(RunxError):

@@ -50,8 +50,9 @@ _RUN_PREFIX = run_stream("")
 
 
 class StoreMissingError(RunxError):
-    """``store check`` was given a path where there is no file (nothing is created).
-    Attributes: ``path``."""
+    """``store check`` was given a path where there is no file, or a PostgreSQL DSN whose
+    schema holds none of a store's tables (nothing is created). Attributes: ``path``
+    (a DSN: masked)."""
 
 
 class StoreUnreachableError(RunxError):
@@ -416,7 +417,13 @@ def check_sqlite(path: str, *, scope: str | None = None) -> CheckReport:
 
 def check_postgres(dsn: str, *, scope: str | None = None) -> CheckReport:
     """Check the PostgreSQL store at *dsn* in one ``REPEATABLE READ READ ONLY``
-    transaction (nothing is written)."""
+    transaction (nothing is written).
+
+    Raises:
+        StoreMissingError: the connection's schema holds none of a store's tables (a
+            schema with some of them is damaged: ``missing_table`` problems).
+        StoreUnreachableError: see :func:`connect_postgres`.
+    """
     target = redact_dsn(dsn)
     with connect_postgres(dsn) as conn:  # first: it says when psycopg is not installed
         import psycopg
@@ -433,6 +440,9 @@ def check_postgres(dsn: str, *, scope: str | None = None) -> CheckReport:
         tables = {str(r[0]) for r in conn.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,))}
         missing = [t for t in TABLES if t not in tables]
+        if len(missing) == len(TABLES):  # no table of a store: none was ever made here
+            raise StoreMissingError(f"there is no store in {target} (schema {schema!r} has "
+                                    "none of a store's tables)", path=target)
         if missing:
             return _report(target, "postgres", None, [Problem(
                 table=t, reason="missing_table",
@@ -563,7 +573,8 @@ def check_store(target: str, *, scope: str | None = None) -> CheckReport:
     """Check the store *target*: a PostgreSQL DSN (see :func:`is_dsn`) or a SQLite path.
 
     Raises:
-        StoreMissingError: a SQLite path where nothing exists.
+        StoreMissingError: a SQLite path where nothing exists, or a PostgreSQL schema
+            without a store's tables.
         StoreUnreachableError: the PostgreSQL server cannot be reached (or the DSN does
             not parse, or psycopg is not installed).
     """

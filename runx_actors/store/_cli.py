@@ -5,7 +5,8 @@ SQLite file or store directory, or a PostgreSQL DSN) without writing to it and r
 damage it finds (see ``runx_actors.store._check``).
 
 Exit codes: 0 the store is clean; 3 damage found (every problem is printed); 64 a usage
-error (bad option, no file at PATH: nothing is created); 1 the store could not be reached
+error (bad option; ``StoreMissingError``: no file at PATH, or a PostgreSQL schema with
+none of a store's tables; nothing is created); 1 the store could not be reached
 (``StoreUnreachableError``: the PostgreSQL server refused the connection, the database
 does not exist, the DSN does not parse; its password is shown as ``***``). With
 ``--json`` every outcome is one JSON object on stdout: the report, or an error object
@@ -33,6 +34,10 @@ EX_CLEAN = 0
 EX_DAMAGED = 3
 EX_UNREACHABLE = 1
 EX_USAGE = 64
+
+
+_MISSING_HINT = ("give an existing store: a SQLite file, a directory holding runs.sqlite3, or "
+                 "a PostgreSQL DSN whose schema holds a store (`store check` creates none)")
 
 
 @click.group()
@@ -79,8 +84,8 @@ def check(*, target: str, scope: str | None, as_json: bool) -> int:
 
     try:
         report = check_store(target, scope=scope)
-    except StoreMissingError as exc:  # a usage error (64; with --json also the JSON object)
-        raise click.UsageError(str(exc)) from None
+    except StoreMissingError as exc:  # the target names no store: usage (64), nothing made
+        return fail("store check", exc, EX_USAGE, hint=_MISSING_HINT, as_json=as_json)
     except StoreUnreachableError as exc:  # fast, typed, the password masked (RUN-CLI-2)
         return fail("store check", exc, EX_UNREACHABLE, hint=str(getattr(exc, "hint", "")),
                     as_json=as_json)

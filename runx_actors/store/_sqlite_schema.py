@@ -34,12 +34,12 @@ import stat
 import uuid
 from pathlib import Path
 
-from ..protocol.errors import CorruptStoreError, SchemaVersionError
+from ..protocol.errors import CorruptStoreError, SchemaVersionError, StoreBusyError
 
 __all__ = [
     "SCHEMA_VERSION", "APPLICATION_ID", "DEFAULT_BUSY_TIMEOUT", "TABLES", "connect",
     "ensure_schema", "create_store_file", "check_header", "check_structure", "corrupt",
-    "is_damage", "SQLITE_ERRORS",
+    "is_damage", "SQLITE_ERRORS", "busy_error",
 ]
 
 #: The schema version this build reads and writes. Version 2 added ``events.chain``
@@ -158,6 +158,23 @@ def is_damage(exc: BaseException) -> bool:
     return (type(exc) is sqlite3.DatabaseError or "no such table" in text
             or "no such column" in text or "malformed" in text
             or "Could not decode to UTF-8" in text or "unsupported file format" in text)
+
+
+def busy_error(path: str, exc: BaseException, timeout: float) -> StoreBusyError | None:
+    """The StoreBusyError for *exc* when it says another connection holds the lock
+    (SQLITE_BUSY / SQLITE_LOCKED and their extended codes, ``database is locked``) after
+    *timeout* seconds of waiting, else None."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return None
+    name = str(getattr(exc, "sqlite_errorname", ""))
+    if not (name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+            or "database is locked" in str(exc) or "database table is locked" in str(exc)):
+        return None
+    error = StoreBusyError(
+        f"the store {path!r} is locked by another connection (waited {timeout:g} s): "
+        f"{exc}", path=path, reason="busy", timeout=timeout)
+    error.__cause__ = exc
+    return error
 
 
 def check_header(path: str) -> None:

@@ -52,7 +52,7 @@ from ._sqlite_jobs import (
     PutJob,
     WriterState,
 )
-from ._sqlite_schema import corrupt, is_damage
+from ._sqlite_schema import DEFAULT_BUSY_TIMEOUT, busy_error, corrupt, is_damage
 
 __all__ = [
     "WriterState", "WriterStatistics", "Job", "CommitJob", "BatchJob", "CreateJob", "AppendJob",
@@ -95,9 +95,10 @@ class WriterThread:
 
     def __init__(self, conn: sqlite3.Connection, token: trio.lowlevel.TrioToken, *,
                  max_group: int = 512, name: str = "runx-sqlite-writer",
-                 path: str = "") -> None:
+                 path: str = "", busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
         self._conn = conn
         self._path = path
+        self._busy_timeout = busy_timeout
         self._token = token
         self._max_group = max_group
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -195,6 +196,8 @@ class WriterThread:
                 job.error = corrupt(self._path, f"the database is damaged: {cause}",
                                     reason="sqlite")
                 job.error.__cause__ = cause
+            elif job.error is not None:
+                job.error = busy_error(self._path, job.error, self._busy_timeout) or job.error
         try:
             self._token.run_sync_soon(self._wake, jobs)
         except trio.RunFinishedError:  # pragma: no cover - the store outlived its trio run

@@ -53,6 +53,7 @@ from ._sqlite_jobs import CheckpointJob
 from ._sqlite_schema import (
     DEFAULT_BUSY_TIMEOUT,
     SQLITE_ERRORS,
+    busy_error,
     check_header,
     connect,
     corrupt,
@@ -279,7 +280,9 @@ async def open_sqlite_store(
 
     Starts the writer thread (it owns the write connection) and stops it on exit, after
     it has finished the queued jobs. *readers* bounds concurrent read connections;
-    *max_group* bounds how many jobs share one transaction.
+    *max_group* bounds how many jobs share one transaction. *busy_timeout* (seconds)
+    bounds how long opening and each write wait for a lock another connection holds
+    (another process using the same file); past it they raise StoreBusyError.
 
     Only a *path* that does not exist gets a new store; an existing file is checked
     before anything is written (RUN-STO-1, RUN-STO-2).
@@ -293,13 +296,21 @@ async def open_sqlite_store(
         CorruptStoreError: the file is zero bytes, garbage, truncated or otherwise
             damaged, a table is missing, or a scope's epoch is invalid (``path``,
             ``table``, ``row``, ``reason`` name it). Nothing was written.
+        StoreBusyError: another connection held the lock past *busy_timeout* (here, or
+            from a write of the store later). Nothing was written.
     """
     if readers < 1 or max_group < 1:
         raise ValidationError("readers and max_group must be positive")
     name = str(path)
-    conn = await trio.to_thread.run_sync(_open_writer_connection, name, busy_timeout)
+    try:
+        conn = await trio.to_thread.run_sync(_open_writer_connection, name, busy_timeout)
+    except sqlite3.OperationalError as exc:
+        busy = busy_error(name, exc, busy_timeout)
+        if busy is None:
+            raise
+        raise busy from exc
     writer = WriterThread(conn, trio.lowlevel.current_trio_token(), max_group=max_group,
-                          path=name)
+                          path=name, busy_timeout=busy_timeout)
     writer.start()
     store = SqliteStore(name, writer, _ReaderPool(name, readers, busy_timeout))
     try:

@@ -129,7 +129,7 @@ def test_a_missing_store_with_json_is_one_json_object(tmp_path: Path) -> None:
     assert doc["error"] == "StoreMissingError" and doc["hint"]
     assert not missing.exists()  # nothing was created
     check = cli("store", "check", str(missing), "--json")
-    assert check.exit_code == 64 and json_error(check)["error"] == "UsageError"
+    assert check.exit_code == 64 and json_error(check)["error"] == "StoreMissingError"
 
 
 def test_a_bad_payload_with_json_is_one_json_object(store: Path) -> None:
@@ -342,7 +342,8 @@ def test_a_half_set_verify_key_is_the_one_error_object_with_a_hint(tmp_path: Pat
     (["check", "--bogus"], "check"),
     (["harness"], "harness"),
     (["verify", "--receipt", "x.json", "-R", "d"], "verify"),
-    (["store", "check", "/nonexistent/store.sqlite3"], "store check"),
+    # (store check of a path where nothing exists is StoreMissingError, exit 64, with its
+    # own hint: test_cli_refusals.test_store_check_of_no_store_is_store_missing_with_a_hint)
     (["runs", "list", "--store", "\udcff"], ""),  # not UTF-8: refused before click parses
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
 def test_a_usage_error_is_the_projects_two_lines(argv: list[str], command: str) -> None:

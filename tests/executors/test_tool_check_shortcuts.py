@@ -84,8 +84,8 @@ def _verdict(failure: Any) -> str | None:
     message = failure.message
     if "not valid JSON" in message:
         return "not valid JSON"
-    if message == "arguments must be a JSON object":
-        return message
+    if message.startswith("arguments must be a JSON object"):
+        return "arguments must be a JSON object"
     if "do not fit the tool" in message:
         return "binding"
     return "schema"

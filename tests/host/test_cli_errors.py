@@ -141,8 +141,30 @@ def test_unexpected_exception_exits_70_with_one_line(tmp_path: Path,
     assert result.exit_code == EX_SOFTWARE
     assert "Traceback" not in result.output
     assert result.output.splitlines() == [
-        "runx-actors: internal error: RuntimeError: simulated bug",
+        "runx-actors: skill: internal error: RuntimeError: simulated bug",
         "hint: this is a bug; rerun with --debug (or RUNX_ACTORS_DEBUG=1) for the traceback"]
+    result = run(["skill", str(EXAMPLE), "--json"], tmp_path)  # the JSON names the command
+    doc = json.loads(result.stdout)
+    assert doc["command"] == "skill" and doc["error"] == "RuntimeError"
+    assert doc["exit_code"] == EX_SOFTWARE
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str boom")
+
+
+def test_an_unprintable_internal_error_is_named(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*_: Any, **__: Any) -> Any:
+        raise _Unprintable()
+
+    (tmp_path / "ws").mkdir()
+    monkeypatch.setattr(cli_commands, "load_package", boom)
+    result = run(["skill", str(EXAMPLE)], tmp_path)
+    assert result.exit_code == EX_SOFTWARE
+    assert result.stderr.splitlines()[0] == (
+        "runx-actors: skill: internal error: _Unprintable: <unprintable _Unprintable>")
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
@@ -171,7 +193,7 @@ def test_library_error_escaping_a_command_keeps_its_exit_code(
     monkeypatch.setattr(cli_commands, "verify_command", integrity)
     result = run(["verify", "-R", "D"], tmp_path)
     assert result.exit_code == 3
-    assert result.output.splitlines()[0] == "runx-actors: receipt chain broken"
+    assert result.output.splitlines()[0] == "runx-actors: verify: receipt chain broken"
     assert result.output.splitlines()[1].startswith("hint: ")
 
 

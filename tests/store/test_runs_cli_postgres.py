@@ -161,3 +161,31 @@ def test_an_unknown_scope_on_postgres_exits_1(postgres_schema: Callable[[], str]
     trio.run(_build, dsn)
     out = CliRunner().invoke(main, ["runs", "list", "--store", dsn, "--scope", "nosuch"])
     assert out.exit_code == 1 and "no scope 'nosuch'" in out.stderr, out.output
+
+
+def test_store_check_of_a_database_without_a_store(postgres_schema: Callable[[], str]) -> None:
+    """``store check`` of a schema with none of a store's tables is StoreMissingError
+    (exit 64, as a SQLite path where nothing exists; ``runs list`` says the same error,
+    exit 1) with a hint — not a damaged store (``missing_table``, exit 3) — and creates
+    nothing; a schema with some of the tables stays damaged."""
+    import psycopg
+
+    dsn = postgres_schema()
+    out = CliRunner().invoke(main, ["store", "check", dsn, "--json"],
+                             catch_exceptions=False)
+    assert out.exit_code == 64, out.output
+    doc = json.loads(out.stdout)
+    assert doc["error"] == "StoreMissingError" and doc["exit_code"] == 64 and doc["hint"]
+    assert "none of a store's tables" in doc["message"]
+    first, hint = out.stderr.splitlines()
+    assert first.startswith("runx-actors: store check: there is no store in ")
+    assert hint == f"hint: {doc['hint']}"
+    with psycopg.connect(dsn) as conn:
+        tables = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = "
+                              "current_schema()").fetchone()
+        assert tables == (0,)
+        conn.execute("CREATE TABLE scopes (scope TEXT PRIMARY KEY)")
+        conn.commit()
+    out = CliRunner().invoke(main, ["store", "check", dsn, "--json"], catch_exceptions=False)
+    assert out.exit_code == 3, out.output
+    assert {p["reason"] for p in json.loads(out.stdout)["problems"]} == {"missing_table"}
