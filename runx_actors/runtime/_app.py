@@ -65,7 +65,7 @@ from ..protocol.values import (
 )
 from ..store.base import ForeignEvent, FrozenStore, RunStore, SessionReader, SessionWriter
 from ._events import Durability, Event, EventKind, EventSink, safe_emit
-from ._preflight import check_offers
+from ._preflight import check_offers, check_open_arguments
 from ._reconcile import Reconciler, recover_interrupted
 from ._results import (
     AWAITING_APPROVAL,
@@ -879,10 +879,15 @@ async def open_runtime(store: RuntimeStore, executor: effect.ExecutionPort, *,
     and *tools* (with the *system* message). *mailbox_size* bounds each actor's
     mailbox; *sink* receives every event synchronously.
 
-    Before the scope is opened (nothing is written yet) *tools* and *model* are checked
-    against the executor's ``validate`` (RUN-ACT-8, :func:`check_offers`).
+    Before the scope is opened (nothing is written yet) every argument is checked
+    (:func:`check_open_arguments`) and *tools* and *model* are checked against the
+    executor's ``validate`` (RUN-ACT-8, :func:`check_offers`). *model* ``""`` means no
+    default model: every drive then needs a ``builder`` that names one.
 
-    Raises: ToolOfferError (an offered tool the executor lacks or declares differently);
+    Raises: ValidationError (an argument of the wrong type or value: *settings* not a
+    Settings, *model*/*system* not a str, *scope* not a valid name, *tools* not offers,
+    *mailbox_size* not an int >= 1; attribute ``argument``); ToolOfferError (an offered
+    tool the executor lacks or declares differently);
     ModelUnavailableError (the executor refuses *model*); the reconciler's configuration
     errors; OwnershipLostError if another writer opens the scope meanwhile — unwrapped,
     never inside an ExceptionGroup, whether the body or a task of the runtime (the
@@ -891,6 +896,8 @@ async def open_runtime(store: RuntimeStore, executor: effect.ExecutionPort, *,
     An exception raised in the block comes out as itself, not in an ExceptionGroup; an error
     of a background task comes out in an ExceptionGroup (RUN-ACT-10).
     """
+    check_open_arguments(scope=scope, settings=settings, model=model, tools=tools,
+                         system=system, mailbox_size=mailbox_size, sink=sink)
     await check_offers(executor, scope, model=model, tools=tools)
     writer = await store.open(scope)
     try:
