@@ -16,14 +16,28 @@ The three parts stay available separately: ``runx_actors.store.sqlite.open_sqlit
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator, Iterable, Mapping
-from pathlib import Path
 
 from ._scoped import body_errors_unwrapped
+from .effect import ToolFailure, ToolFailureClass
 from .executors import Model, Tool, call_tools, open_local_executor, python_tool, reply, tool_call
+from .executors._local import _catalog, _model_table
 from .protocol.commit import CommitStatus
-from .protocol.errors import OwnershipLostError, RunConflictError, RunExistsError, RunxError
-from .protocol.values import ModelRef, ModelRequest, ModelResult, ResponsePolicy, RunStatus
+from .protocol.errors import (
+    ModelUnavailableError,
+    OwnershipLostError,
+    RunConflictError,
+    RunExistsError,
+    RunxError,
+)
+from .protocol.values import (
+    ModelRef,
+    ModelRequest,
+    ModelResult,
+    ResponsePolicy,
+    RunStatus,
+)
 from .runtime import (
     Answer,
     Created,
@@ -37,7 +51,8 @@ from .runtime import (
     WaitingCall,
     open_runtime,
 )
-from .store.sqlite import open_sqlite_store
+from .runtime._preflight import check_open_arguments
+from .store.sqlite import open_sqlite_store, store_path
 
 __all__ = [
     "open_sqlite_runtime", "open_runtime", "Runtime", "Settings", "LoopResult",
@@ -50,7 +65,7 @@ __all__ = [
 
 @body_errors_unwrapped
 @contextlib.asynccontextmanager
-async def open_sqlite_runtime(path: str | Path, *, model: ModelRef,
+async def open_sqlite_runtime(path: str | os.PathLike[str], *, model: ModelRef,
                               models: Mapping[ModelRef, Model],
                               tools: Iterable[Tool] = (), scope: str = "default",
                               system: str = "", settings: Settings | None = None,
@@ -66,17 +81,33 @@ async def open_sqlite_runtime(path: str | Path, *, model: ModelRef,
     Leaving the block closes the runtime, then the executor (live executions settle
     ``Cancelled``), then the store.
 
-    Raises: ValueError (duplicate tool refs; before anything opens), the store's open
-    errors (SchemaVersionError, CorruptRecordError, StoreOpenError; StoreBusyError when
-    another connection holds the file's lock for more than 30 s, here or on a later
+    Every argument is checked before anything is opened or created (no store file is
+    made for a refused call): *path* (:func:`~runx_actors.store.sqlite.store_path`),
+    *tools* (Tools, no ref or model-facing name twice), *models* (a mapping of refs to
+    models), *model*, *scope*, *system*, *settings*, *sink*.
+
+    Raises: ValidationError (a ValueError; any of those arguments refused, e.g. two tools
+    with the same ref; attribute ``argument`` or ``tool_ref``), ModelUnavailableError
+    (*model* is not "" and not a key of *models*; before anything opens), the store's
+    open errors (StoreOpenError, SchemaVersionError, CorruptStoreError; StoreBusyError
+    when another connection holds the file's lock for more than 30 s, here or on a later
     write), OwnershipLostError (another process opened the scope meanwhile).
 
     An exception raised in the block comes out as itself, not in an ExceptionGroup; an error
     of a background task comes out in an ExceptionGroup (RUN-ACT-10).
     """
-    tools = tuple(tools)
+    store_path(path)
+    tools = tuple(_catalog(tools).values())
+    models = _model_table(models)
+    check_open_arguments(scope=scope, settings=settings, model=model, tools=tools,
+                         system=system, sink=sink)
+    if model and model not in models:  # what check_offers finds, before the file is made
+        raise ModelUnavailableError(
+            "open_runtime: the executor refuses the default model", model=model,
+            failure=ToolFailure(ToolFailureClass.PROVIDER_FAILURE,
+                                f"model {model!r} is not served by this executor"))
     async with open_sqlite_store(path) as store, \
-            open_local_executor(tools=tools, models=dict(models)) as executor, \
+            open_local_executor(tools=tools, models=models) as executor, \
             open_runtime(store, executor, scope=scope, model=model, tools=tools,
                          system=system, settings=settings, sink=sink) as rt:
         yield rt

@@ -5,7 +5,8 @@ Mapping rules:
 
 * model: ``ModelError(code)`` → ``ModelFailed(code)``; the ``model_timeout`` firing →
   ``deadline_exceeded``; any other exception → ``executor_error``; a value that is not a
-  ``ModelResult`` or cannot be frozen → ``malformed_result``.
+  ``ModelResult``, cannot be frozen, or reports a token usage that is not a count
+  (negative, not an int, past 2^53−1: ``Usage.problem``) → ``malformed_result``.
 * tool: arguments refused (schema, signature, the tool's check) → KNOWN
   ``invalid_arguments``; ``ToolError`` → ``ToolExecutionFailed`` (KNOWN);
   ``ToolUnknownError``, the tool's ``timeout`` firing and **any other exception** →
@@ -41,7 +42,7 @@ from ..effect import (
 from ..effect._escape import describe_error, stops_the_process
 from ..protocol.canonical import canonical_json_text
 from ..protocol.digests import digest_model_result, digest_tool_output
-from ..protocol.values import ModelRequest, ModelResult, ToolResult
+from ..protocol.values import ModelRequest, ModelResult, ToolResult, Usage
 from ._fs import TOO_LARGE
 from ._models import Model, ModelEmit, ModelError, StreamingModel
 from ._tools import Tool, ToolContext, ToolError, ToolUnknownError
@@ -81,6 +82,13 @@ async def run_model(model: Model, request: ModelRequest, emit: ModelEmit,
     if not isinstance(result, ModelResult):
         return ModelFailed(FailureCode.MALFORMED_RESULT,
                            f"the model returned {type(result).__name__}")
+    if not isinstance(result.usage, Usage):
+        return ModelFailed(FailureCode.MALFORMED_RESULT,
+                           f"the model result's usage is {type(result.usage).__name__}, "
+                           "not a Usage")
+    bad_usage = result.usage.problem()
+    if bad_usage is not None:
+        return ModelFailed(FailureCode.MALFORMED_RESULT, f"the model result's {bad_usage}")
     if max_result_bytes is not None:
         size = _result_size(result)
         if size > max_result_bytes:

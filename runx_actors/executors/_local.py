@@ -15,7 +15,6 @@ acceptance and abort of one key can never interleave.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import secrets
 from collections import OrderedDict
@@ -49,6 +48,7 @@ from ..effect import (
     Unknown,
 )
 from ..effect._escape import describe_error
+from ..protocol.arguments import check_count, check_fraction, check_seconds
 from ..protocol.digests import digest_model_request
 from ..protocol.errors import (
     DispatchRejectedError,
@@ -142,8 +142,11 @@ class LocalExecutor:
       :data:`DEFAULT_MAX_MODEL_RESULT_BYTES` = 8 MiB); larger → ``malformed_result``
       naming the size.
 
-    Raises ``ValueError`` for out-of-range bounds and ``ValidationError`` (a ValueError) for
-    two tools with the same ref or the same model-facing name.
+    Raises ``ValidationError`` (a ValueError; attribute ``argument`` names the argument)
+    for a bound that is not an int >= 1 or a duration that is not a finite number >= 0
+    (``model_timeout``: > 0 or None; ``jitter``: in [0, 1]), *tools* that are not
+    :class:`Tool` objects, *models* that is not a mapping of refs to models (objects with
+    ``complete``), and for two tools with the same ref or the same model-facing name.
     """
 
     def __init__(self, *, nursery: trio.Nursery, tools: Iterable[Tool] = (),
@@ -162,15 +165,17 @@ class LocalExecutor:
                  max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
                  max_model_result_bytes: int = DEFAULT_MAX_MODEL_RESULT_BYTES) -> None:
         table = _catalog(tools)
+        model_table = _model_table(models)
         _check_bounds(retain, retain_tombstones, settlement_window, progress_ring,
-                      max_attempts, backoff, model_timeout,
-                      min(max_tool_output_bytes, max_model_result_bytes))
-        _check_retry(tool_max_attempts, max_backoff, jitter, max_retry_after)
+                      max_attempts, backoff, model_timeout, max_tool_output_bytes,
+                      max_model_result_bytes, retain_unread)
+        _check_retry(tool_max_attempts, max_backoff, jitter, max_retry_after, provider,
+                     epoch)
         self._nursery = nursery
         self._tools = table
-        self._models: dict[ModelRef, Model] = dict(models or {})
+        self._models: dict[ModelRef, Model] = model_table
         self._retain = retain
-        self._retain_unread = max(retain_unread, 1)
+        self._retain_unread = retain_unread
         self._retain_tombstones = retain_tombstones
         self._ring_size = progress_ring
         self._max_attempts = max_attempts
@@ -732,13 +737,20 @@ class LocalExecutor:
                         record.ring.emit_nowait, self._max_tool_output)
 
 
-def _catalog(tools: Iterable[Tool]) -> dict[ToolRef, Tool]:
-    """The tools by ref. Raises ValidationError (a ValueError) for a ref or a
-    model-facing name given twice: a model calls a tool by name, so a second tool with
-    the same name could never be called (RUN-EXE-5)."""
+def _catalog(tools: object) -> dict[ToolRef, Tool]:
+    """The tools by ref. Raises ValidationError (a ValueError) for *tools* that is not an
+    iterable of :class:`Tool` (``None``, a str …), and for a ref or a model-facing name
+    given twice: a model calls a tool by name, so a second tool with the same name could
+    never be called (RUN-EXE-5)."""
+    if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Iterable):
+        raise ValidationError(f"tools must be an iterable of Tool, not "
+                              f"{type(tools).__name__}", argument="tools")
     table: dict[ToolRef, Tool] = {}
     names: dict[str, ToolRef] = {}
-    for item in tools:
+    for n, item in enumerate(tools):
+        if not isinstance(item, Tool):
+            raise ValidationError(f"tools[{n}] is {type(item).__name__}, not a Tool "
+                                  "(python_tool(...))", argument="tools", index=n)
         if item.ref in table:
             raise ValidationError(f"duplicate tool ref {item.ref!r}", tool_ref=item.ref)
         if item.name in names:
@@ -751,26 +763,56 @@ def _catalog(tools: Iterable[Tool]) -> dict[ToolRef, Tool]:
     return table
 
 
+def _model_table(models: object) -> dict[ModelRef, Model]:
+    """*models* (None or a mapping of non-empty str refs to objects with an async
+    ``complete``) as a dict. Raises ValidationError (``argument="models"``)."""
+    if models is None:
+        return {}
+    if not isinstance(models, Mapping):
+        raise ValidationError(f"models must be a mapping of model refs to models, not "
+                              f"{type(models).__name__}", argument="models")
+    for ref, model in models.items():
+        if not isinstance(ref, str) or not ref:
+            raise ValidationError(f"a model ref must be a non-empty str, not {ref!r:.64}",
+                                  argument="models")
+        if not callable(getattr(model, "complete", None)):
+            raise ValidationError(f"models[{ref!r}] is {type(model).__name__}, not a model "
+                                  "(an object with async complete(request))",
+                                  argument="models", model=ref)
+    return dict(models)
+
+
 def _check_bounds(retain: int, retain_tombstones: int, settlement_window: int,
                   progress_ring: int, max_attempts: int, backoff: float,
-                  model_timeout: float | None, max_body_bytes: int) -> None:
-    if min(retain, retain_tombstones, settlement_window, progress_ring, max_attempts,
-           max_body_bytes) < 1:
-        raise ValueError("retain, retain_tombstones, settlement_window, progress_ring, "
-                         "max_attempts, max_tool_output_bytes and max_model_result_bytes "
-                         "must be >= 1")
-    if backoff < 0 or (model_timeout is not None and not model_timeout > 0):
-        raise ValueError("backoff must be >= 0 and model_timeout > 0 or None")
+                  model_timeout: float | None, max_tool_output_bytes: int,
+                  max_model_result_bytes: int, retain_unread: int) -> None:
+    """ValidationError (``argument`` names it) unless every count is an int >= 1 and
+    ``backoff`` a finite number of seconds >= 0, ``model_timeout`` None or > 0 and
+    finite."""
+    for what, value in (("retain", retain), ("retain_tombstones", retain_tombstones),
+                        ("settlement_window", settlement_window),
+                        ("progress_ring", progress_ring), ("max_attempts", max_attempts),
+                        ("max_tool_output_bytes", max_tool_output_bytes),
+                        ("max_model_result_bytes", max_model_result_bytes),
+                        ("retain_unread", retain_unread)):
+        check_count(value, what, minimum=1)
+    check_seconds(backoff, "backoff")
+    if model_timeout is not None:
+        check_seconds(model_timeout, "model_timeout", positive=True)
 
 
 def _check_retry(tool_max_attempts: int, max_backoff: float, jitter: float,
-                 max_retry_after: float) -> None:
-    if tool_max_attempts < 1:
-        raise ValueError("tool_max_attempts must be >= 1")
-    if not (max_backoff >= 0 and 0 <= jitter <= 1 and max_retry_after >= 0) or not all(
-            math.isfinite(v) for v in (max_backoff, jitter, max_retry_after)):
-        raise ValueError("max_backoff and max_retry_after must be finite and >= 0, "
-                         "jitter in [0, 1]")
+                 max_retry_after: float, provider: str, epoch: str | None) -> None:
+    check_count(tool_max_attempts, "tool_max_attempts", minimum=1)
+    check_seconds(max_backoff, "max_backoff")
+    check_fraction(jitter, "jitter")
+    check_seconds(max_retry_after, "max_retry_after")
+    if not isinstance(provider, str) or not provider:
+        raise ValidationError(f"provider must be a non-empty str, not {provider!r:.64}",
+                              argument="provider")
+    if epoch is not None and (not isinstance(epoch, str) or not epoch):
+        raise ValidationError(f"epoch must be a non-empty str or None, not {epoch!r:.64}",
+                              argument="epoch")
 
 
 @body_errors_unwrapped
@@ -798,18 +840,21 @@ async def open_local_executor(*, tools: Iterable[Tool] = (),
 
     Leaving the block closes the executor: live executions are cancelled (each settles
     ``Cancelled("executor closed")``) and their tasks finish before the block exits.
-    Raises ``ValueError`` (before anything starts) for out-of-range bounds, and
-    ``ValidationError`` (a ValueError) for two tools with the same ref or the same
-    model-facing name (RUN-EXE-5).
+    Raises ``ValidationError`` (a ValueError), before anything starts, for every argument
+    :class:`LocalExecutor` refuses (out-of-range or wrongly typed bounds and durations,
+    *tools* that are not Tools, *models* that are not models; attribute ``argument``) and
+    for two tools with the same ref or the same model-facing name (RUN-EXE-5).
 
     An exception raised in the block comes out as itself, not in an ExceptionGroup; an error
     of a background task comes out in an ExceptionGroup (RUN-ACT-10).
     """
-    tools = tuple(tools)
-    _catalog(tools)
+    tools = tuple(_catalog(tools).values())
+    _model_table(models)
     _check_bounds(retain, retain_tombstones, settlement_window, progress_ring, max_attempts,
-                  backoff, model_timeout, min(max_tool_output_bytes, max_model_result_bytes))
-    _check_retry(tool_max_attempts, max_backoff, jitter, max_retry_after)
+                  backoff, model_timeout, max_tool_output_bytes, max_model_result_bytes,
+                  retain_unread)
+    _check_retry(tool_max_attempts, max_backoff, jitter, max_retry_after, provider,
+                 epoch)
     async with trio.open_nursery() as nursery:
         executor = LocalExecutor(
             nursery=nursery, tools=tools, models=models, retain=retain,

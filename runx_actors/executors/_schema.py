@@ -34,13 +34,18 @@ def schema_problem(schema: Any) -> str | None:
 
     A tool's arguments are always a JSON object (``arguments_failure``), so the schema
     must be a JSON object that is valid for the validator class :func:`schema_errors`
-    uses (the draft its ``$schema`` names, else Draft 2020-12; ``check_schema``), whose
+    uses (the draft its ``$schema`` names — a ``$schema`` jsonschema does not know is
+    refused, it would silently be read as 2020-12 —, else Draft 2020-12;
+    ``check_schema``), whose
     every ``$ref`` resolves within the schema (nothing is fetched), and which, when it
     has a top-level ``type``, must allow ``"object"`` — otherwise every call
     would fail ``invalid_arguments`` and blame the model for the declaration (RUN-EXE-5).
     """
     if not isinstance(schema, dict):
         return f"the parameters schema must be a JSON object, not {type(schema).__name__}"
+    dialect = _unknown_dialect(schema)
+    if dialect is not None:
+        return dialect
     declared = schema.get("type", "object")
     kinds = declared if isinstance(declared, list) else [declared]
     try:
@@ -55,6 +60,20 @@ def schema_problem(schema: Any) -> str | None:
     if "object" not in kinds:
         return f"the parameters schema must describe a JSON object, not type {declared!r}"
     return None
+
+
+def _unknown_dialect(schema: dict[str, Any]) -> str | None:
+    """Why *schema*'s ``$schema`` is not a draft jsonschema knows, or None (no
+    ``$schema``): ``validator_for`` would quietly fall back to Draft 2020-12."""
+    if "$schema" not in schema:
+        return None
+    uri = schema["$schema"]
+    unknown = object()
+    if isinstance(uri, str) and jsonschema.validators.validator_for(
+            schema, default=unknown) is not unknown:
+        return None
+    return (f"the parameters schema's $schema {repr(uri)[:80]} is not a JSON Schema draft "
+            "the executor knows (e.g. https://json-schema.org/draft/2020-12/schema)")
 
 
 def _unresolvable_ref(schema: dict[str, Any], validator: Any) -> str | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -36,7 +37,9 @@ from ..effect import (
     ToolFailureClass,
 )
 from ..effect._escape import describe_error, stops_the_process
+from ..protocol.arguments import check_seconds, check_type
 from ..protocol.canonical import canonical_json_text, parse_json_strict
+from ..protocol.commit import validate_name
 from ..protocol.digests import digest_tool_definition
 from ..protocol.errors import RunxError, ValidationError
 from ..protocol.values import (
@@ -180,14 +183,65 @@ class ToolContext:
             pass
 
 
-def _non_empty(_: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+#: A tool's model-facing name: 1 to 64 of ``A-Z a-z 0-9 _ - .`` — the chat-completions
+#: and Anthropic tool-name set ``^[a-zA-Z0-9_-]{1,64}$`` plus ``.`` (``fs.read``), which
+#: OpenAIChatModel sends as ``_`` and maps back (RUN-EXE-5).
+TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _tool_ref(_: Any, __: Any, value: Any) -> None:
+    """A ref is a name (RUN-WIR-1: non-empty str, at most 512 UTF-8 bytes, no control,
+    line-separator or bidirectional formatting character): it keys the executor's catalog
+    and is frozen into every ToolSpec and fact."""
     if not isinstance(value, str) or not value:
-        raise ValidationError(f"{attribute.name} must be a non-empty str", value=value)
+        raise ValidationError(f"the tool ref must be a non-empty str, not "
+                              f"{type(value).__name__} {repr(value)[:64]}", argument="ref",
+                              value=repr(value)[:64])
+    try:
+        validate_name(value, "the tool ref")
+    except ValidationError as error:
+        raise ValidationError(error.message, argument="ref", tool_ref=value[:64],
+                              **error.attrs) from None
+
+
+def _callable(_: Any, __: Any, value: Any) -> None:
+    if not callable(value):
+        raise ValidationError(f"the tool's fn must be callable, not {type(value).__name__} "
+                              f"{repr(value)[:64]}", argument="fn")
+
+
+def _callable_or_none(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not callable(value):
+        raise ValidationError(f"{attribute.name} must be callable or None, not "
+                              f"{type(value).__name__}", argument=attribute.name)
 
 
 def _positive_or_none(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is not None and not value > 0:
-        raise ValidationError(f"{attribute.name} must be > 0 or None", value=value)
+    if value is not None:
+        check_seconds(value, attribute.name, positive=True)
+
+
+def _flag(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    check_type(value, attribute.name, bool, "a bool")
+
+
+def _definition(tool: Any, __: Any, value: Any) -> None:
+    check_type(value, "definition", ToolDefinition, "a ToolDefinition")
+    assert isinstance(value, ToolDefinition)
+    name = value.name
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+        raise ValidationError(
+            f"tool {tool.ref!r}: the model-facing name {repr(name)[:70]} is not 1 to 64 of "
+            f"A-Z a-z 0-9 _ - . (pass name=... when the ref has other characters)",
+            argument="name", tool_ref=tool.ref, value=repr(name)[:64])
+    if not isinstance(value.description, str):
+        raise ValidationError(f"tool {tool.ref!r}: the description must be a str, not "
+                              f"{type(value.description).__name__}", argument="description",
+                              tool_ref=tool.ref)
+    if not isinstance(value.parameters, str):
+        raise ValidationError(f"tool {tool.ref!r}: the parameters must be JSON text, not "
+                              f"{type(value.parameters).__name__}", argument="parameters",
+                              tool_ref=tool.ref)
 
 
 #: Parameter schemas (canonical text) that every JSON object satisfies: for these the
@@ -226,10 +280,9 @@ class Tool:
     way it is declared (see :func:`python_tool`; RUN-EXE-5).
     """
 
-    ref: ToolRef = attrs.field(validator=_non_empty)
-    definition: ToolDefinition = attrs.field(
-        validator=attrs.validators.instance_of(ToolDefinition))
-    fn: Callable[..., Any] = attrs.field(validator=attrs.validators.is_callable())
+    ref: ToolRef = attrs.field(validator=_tool_ref)
+    definition: ToolDefinition = attrs.field(validator=_definition)
+    fn: Callable[..., Any] = attrs.field(validator=_callable)
     policy: ResponsePolicy = attrs.field(
         default=ResponsePolicy.DIRECT_EXECUTION,
         validator=attrs.validators.instance_of(ResponsePolicy))
@@ -237,9 +290,9 @@ class Tool:
         default=ToolReplay.UNKNOWN, validator=attrs.validators.instance_of(ToolReplay))
     placement: ToolPlacement = attrs.field(
         default=ToolPlacement.NONE, validator=attrs.validators.instance_of(ToolPlacement))
-    check: ToolCheck | None = None
+    check: ToolCheck | None = attrs.field(default=None, validator=_callable_or_none)
     timeout: float | None = attrs.field(default=None, validator=_positive_or_none)
-    context: bool = False
+    context: bool = attrs.field(default=False, validator=_flag)
     definition_digest: Digest = attrs.field(init=False)
     schema: Any = attrs.field(init=False, repr=False)
     is_async: bool = attrs.field(init=False, repr=False)
@@ -382,15 +435,29 @@ def python_tool(fn: Callable[..., Any], *, ref: ToolRef, name: str | None = None
     only that call (UNKNOWN: ``effect_unknown``;
     RUN-ACT-1).
 
+    *ref* is a name (RUN-WIR-1: at most 512 UTF-8 bytes, no control, line-separator or
+    bidirectional formatting character); the model-facing *name* is 1 to 64 of
+    ``A-Z a-z 0-9 _ - .`` (:data:`TOOL_NAME`: the providers' tool-name set plus ``.``).
+    ``parameters=None`` is the default, any JSON object.
+
     Raises:
-        ValidationError: an empty ref, parameters that are not strict JSON, or a
-            parameters schema that is not a JSON object, is not a valid JSON Schema for
-            the draft the executor validates with (its ``$schema``, else Draft 2020-12),
-            or has a top-level ``type`` without ``"object"`` (a tool's arguments are a
-            JSON object). Attribute ``tool_ref``. Checked here, so a badly declared tool
-            never reaches a model (RUN-EXE-5).
+        ValidationError: *fn* not callable; a ref that is not a valid name (``""``,
+            ``"a\nb"``, past 512 bytes); a name outside :data:`TOOL_NAME` (``""``, ``"a
+            b"``, 65+ characters; attribute ``argument="name"``); parameters that are not
+            a mapping, JSON text or None, not strict JSON, or a parameters schema that is
+            not a JSON object, names in ``$schema`` a draft jsonschema does not know
+            (``"http://bogus"``: it would be validated as Draft 2020-12 unnoticed), is
+            not a valid JSON Schema for the draft the executor validates with (its
+            ``$schema``, else Draft 2020-12), or has a top-level ``type`` without
+            ``"object"`` (a tool's arguments are a JSON object); ``timeout`` not > 0 and
+            finite; ``check`` not callable. Attribute ``tool_ref``. Checked here, so a
+            badly declared tool never reaches a model (RUN-EXE-5).
     """
-    definition = ToolDefinition(name=name or ref, description=description,
+    _tool_ref(None, None, ref)
+    if name is not None and not isinstance(name, str):
+        raise ValidationError(f"tool {ref!r}: name must be a str or None, not "
+                              f"{type(name).__name__}", argument="name", tool_ref=ref)
+    definition = ToolDefinition(name=ref if name is None else name, description=description,
                                 parameters=_parameters_text(parameters))
     return Tool(ref=ref, definition=definition, fn=fn, policy=policy, replay=replay,
                 placement=placement, check=check, timeout=timeout, context=context)

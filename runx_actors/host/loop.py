@@ -30,7 +30,7 @@ import trio
 
 from ..protocol import facts as F
 from ..protocol.commit import CommitStatus
-from ..protocol.errors import RunTerminalError
+from ..protocol.errors import RunTerminalError, ValidationError
 from ..protocol.values import RunStatus
 from ._governed import GovernedSession, Phase, open_session
 from ._governed import HostConfig as HostConfig
@@ -104,17 +104,42 @@ def derive_turn_trigger(loop_id: str, turn_index: int, previous_receipt_id: str 
                         "turn_index": turn_index, "previous_receipt_id": previous_receipt_id})
 
 
+def _non_empty_str(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"LoopSpec.{attribute.name} must be a non-empty str, not "
+                              f"{type(value).__name__} {repr(value)[:64]}",
+                              argument=attribute.name)
+
+
+def _package(_: Any, __: Any, value: Any) -> None:
+    if not isinstance(value, Package):
+        raise ValidationError(f"LoopSpec.package must be a Package (load_package(path)), "
+                              f"not {type(value).__name__}", argument="package")
+
+
+def _inputs(_: Any, __: Any, value: Any) -> None:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ValidationError(f"LoopSpec.fixed_inputs must be a mapping of str names to "
+                              f"values, not {type(value).__name__}", argument="fixed_inputs")
+
+
 @attrs.frozen(kw_only=True)
 class LoopSpec:
     """What a loop is: its id, package and runner, the max-turn budget, the inputs every
-    turn shares, and the scope (Session) its record and Runs live in (§2.3)."""
+    turn shares, and the scope (Session) its record and Runs live in (§2.3).
 
-    loop_id: str
-    package: Package
-    runner: str = "turn"
-    max_turns: Any
-    fixed_inputs: Mapping[str, Any] = attrs.field(factory=dict)
-    scope: str = DEFAULT_SCOPE
+    Construction raises ValidationError (attribute ``argument``) for a ``loop_id``,
+    ``runner`` or ``scope`` that is not a non-empty str, a ``package`` that is not a
+    :class:`Package`, or ``fixed_inputs`` that is not a mapping with str keys (``None``
+    was a builtin TypeError from ``LoopHost.run``); ``max_turns`` is checked by the
+    runner's input contract when the loop runs (InputContractError)."""
+
+    loop_id: str = attrs.field(validator=_non_empty_str)
+    package: Package = attrs.field(validator=_package)
+    runner: str = attrs.field(default="turn", validator=_non_empty_str)
+    max_turns: Any  # checked by the runner's input contract (InputContractError)
+    fixed_inputs: Mapping[str, Any] = attrs.field(factory=dict, validator=_inputs)
+    scope: str = attrs.field(default=DEFAULT_SCOPE, validator=_non_empty_str)
 
     def opened_body(self) -> dict[str, Any]:
         """The ``loop_opened`` body (§2.1)."""

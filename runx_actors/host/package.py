@@ -32,6 +32,7 @@ from cattrs.errors import ForbiddenExtraKeysError
 
 from .._strictread import MalformedInputError, limit_for, loads_yaml, read_regular_file
 from ..protocol.canonical import MAX_SAFE_INTEGER
+from ..protocol.errors import ValidationError
 from ._hashing import digest_bytes, digest_json
 from ._strict import strict_converter
 from .context import ContextSkill, read_front_matter, resolve_refs
@@ -347,7 +348,18 @@ def load_package(path: str | os.PathLike[str]) -> Package:
             ``field``), an ``allowed_tools`` entry outside a scripted-run runner's
             ``tools`` ``allowed_tool_not_offered`` (``tools``).
         ContextRefError: a context ref breaks a §6.1 rule.
+        ValidationError: *path* is not a ``str``/``os.PathLike[str]`` (``None``, ``5``,
+            bytes: a builtin TypeError before), is empty or contains NUL (attribute
+            ``argument="path"``).
     """
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str) or not path or "\x00" in path:
+        what = "an empty path" if path == "" else (
+            "a path with NUL" if isinstance(path, str) else type(path).__name__)
+        raise ValidationError(f"load_package: the package path must be a str or "
+                              f"os.PathLike[str] naming a directory or file, not {what}",
+                              argument="path", value=repr(path)[:64])
     root = Path(path)
     if root.is_file():
         root = root.parent

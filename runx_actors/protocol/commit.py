@@ -18,7 +18,7 @@ import attrs
 from . import commands as C
 from . import facts as F
 from ._decide import decide
-from ._evolve import evolve
+from ._evolve import evolve, evolve_all
 from .errors import (
     CommandConflictError,
     CommandRefusedError,
@@ -406,9 +406,10 @@ def evaluate_commit(
         if command.step_id != derive_model_step_id(run_id, env.id):
             raise StaleRuntimeError("prepare step id is not derived from its command id",
                                     command=command)
-    # 10. Evolve each fact.
-    for fact in facts:
-        state = evolve(state, fact)
+    # 10. Evolve each fact (a run of inputs in one pass: RUN-INP-2).
+    folded = evolve_all(state, facts)
+    assert folded is not None  # state is a Run's (step 1)
+    state = folded
     # 11. The store appends.
     return Append(facts, Snapshot(state, snap.position + len(facts)))
 
@@ -564,21 +565,21 @@ def fold_run(facts: Iterable[F.Fact], *, run_id: RunID = "") -> MachineState:
         CorruptLogError: the list is empty, does not start with RunCreated, or a fact
             fails its guard; attributes ``index`` and ``wire_name`` name the fact.
     """
-    state: MachineState | None = None
-    index = -1
-    for index, fact in enumerate(facts):
-        if index == 0 and not isinstance(fact, F.RunCreated):
-            raise CorruptLogError("the first fact is not run_created", index=0,
-                                  wire_name=getattr(fact, "WIRE_NAME", "?"), run_id=run_id,
-                                  fact=fact, reason="first fact")
-        try:
-            state = evolve(state, fact)
-        except EvolveError as exc:
-            raise CorruptLogError(
-                f"fact {index} ({fact.WIRE_NAME}) does not fold: {exc.message}",
-                index=index, wire_name=fact.WIRE_NAME, run_id=run_id, fact=fact,
-                reason=getattr(exc, "reason", ""),
-            ) from exc
+    listed = facts if isinstance(facts, Sequence) else tuple(facts)
+    if listed and not isinstance(listed[0], F.RunCreated):
+        raise CorruptLogError("the first fact is not run_created", index=0,
+                              wire_name=getattr(listed[0], "WIRE_NAME", "?"), run_id=run_id,
+                              fact=listed[0], reason="first fact")
+    try:
+        state = evolve_all(None, listed)  # linear in the inputs too (RUN-INP-2)
+    except EvolveError as exc:
+        index = getattr(exc, "index", 0)
+        fact = listed[index]
+        raise CorruptLogError(
+            f"fact {index} ({getattr(fact, 'WIRE_NAME', '?')}) does not fold: {exc.message}",
+            index=index, wire_name=getattr(fact, "WIRE_NAME", "?"), run_id=run_id, fact=fact,
+            reason=getattr(exc, "reason", ""),
+        ) from exc
     if state is None:
         raise CorruptLogError("empty log", index=0, wire_name="", run_id=run_id, fact=None,
                               reason="empty")

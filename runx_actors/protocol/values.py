@@ -331,6 +331,22 @@ class Usage:
             self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
         )
 
+    def problem(self) -> str | None:
+        """Why this is not a token count a model may report, or None: each field an
+        ``int`` (not a bool) in ``0..2^53-1`` (the largest integer every JSON reader keeps
+        exactly). An executor settles a result whose usage has a problem as
+        ``malformed_result`` (RUN-EXE-2), so a negative or huge count is never summed
+        into ``RunResult.usage``."""
+        for name in ("input_tokens", "output_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not (
+                    0 <= value <= _MAX_TOKENS):
+                return f"usage {name} is {value!r:.40}, not a token count (0..2^53-1)"
+        return None
+
+
+_MAX_TOKENS = 2**53 - 1
+
 
 @attrs.frozen(kw_only=True)
 class RunResult:

@@ -7,6 +7,9 @@ takeover; ``open_runtime`` is the entry point applications meet first.
 
 from ._actor import ActorStatistics as ActorStatistics
 from ._app import AGENT_INPUT as AGENT_INPUT
+from ._app import MAX_INPUT_TEXT_BYTES as MAX_INPUT_TEXT_BYTES
+from ._app import MAX_INPUTS_PER_COMMAND as MAX_INPUTS_PER_COMMAND
+from ._app import MAX_INPUTS_PER_RUN as MAX_INPUTS_PER_RUN
 from ._app import Created as Created
 from ._app import PromptBuilder as PromptBuilder
 from ._app import Runtime as Runtime
@@ -72,7 +75,8 @@ __all__ = [
     "DriveTicket",
     "DispatchPolicy", "Settings", "TargetRequest", "Created", "PromptBuilder",
     "RuntimeStore", "ScopeWriter", "Answer", "WaitingCall", "AWAITING_APPROVAL",
-    "AWAITING_RESPONSE", "AWAITING_APPROVAL_OR_RESPONSE",
+    "AWAITING_RESPONSE", "AWAITING_APPROVAL_OR_RESPONSE", "MAX_INPUTS_PER_COMMAND",
+    "MAX_INPUTS_PER_RUN", "MAX_INPUT_TEXT_BYTES",
 ]
 
 for _name in __all__:

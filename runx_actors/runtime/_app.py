@@ -65,7 +65,7 @@ from ..protocol.values import (
 )
 from ..store.base import ForeignEvent, FrozenStore, RunStore, SessionReader, SessionWriter
 from ._events import Durability, Event, EventKind, EventSink, safe_emit
-from ._preflight import check_offers
+from ._preflight import check_offers, check_open_arguments
 from ._reconcile import Reconciler, recover_interrupted
 from ._results import (
     AWAITING_APPROVAL,
@@ -83,6 +83,7 @@ __all__ = [
     "approve", "reject", "answer", "accept_input", "cancel_run", "TranscriptBuilder",
     "ToolOffer", "Runtime", "open_runtime", "input_body", "read_answer", "waiting_for",
     "AGENT_INPUT", "Created", "ScopeWriter", "RuntimeStore", "PromptBuilder",
+    "MAX_INPUTS_PER_COMMAND", "MAX_INPUTS_PER_RUN", "MAX_INPUT_TEXT_BYTES",
 ]
 
 
@@ -111,16 +112,38 @@ def _check_id(run_id: object) -> None:
                               value=repr(run_id)[:64])
 
 
+#: The most inputs one ``create_run`` or ``accept_input`` takes (RUN-INP-2).
+MAX_INPUTS_PER_COMMAND = 1024
+#: The most inputs one Run accepts over its life (RUN-INP-2; ``accept_input`` checks the
+#: count in the log it reads before committing).
+MAX_INPUTS_PER_RUN = 65536
+#: The largest text input, in UTF-8 bytes (8 MiB, as a model result or a tool output;
+#: RUN-INP-2).
+MAX_INPUT_TEXT_BYTES = 8 << 20
+
+
 def _check_inputs(texts: object) -> None:
     """Raise ValidationError unless *texts* is a sequence (not a string) of texts and
-    AgentInputs (APP-NEW-1): a bare string would be taken letter by letter."""
+    AgentInputs (APP-NEW-1): a bare string would be taken letter by letter; at most
+    :data:`MAX_INPUTS_PER_COMMAND` of them, each text at most
+    :data:`MAX_INPUT_TEXT_BYTES` UTF-8 bytes (RUN-INP-2; ``index``, ``size``, ``limit``)."""
     if isinstance(texts, str | bytes | bytearray) or not isinstance(texts, Sequence):
         raise ValidationError(f"inputs must be a list of texts or AgentInputs, not "
                               f"{type(texts).__name__} (a single text: [text])")
+    if len(texts) > MAX_INPUTS_PER_COMMAND:
+        raise ValidationError(f"{len(texts)} inputs in one command, more than "
+                              f"{MAX_INPUTS_PER_COMMAND} (MAX_INPUTS_PER_COMMAND)",
+                              size=len(texts), limit=MAX_INPUTS_PER_COMMAND)
     for n, item in enumerate(texts):
         if not isinstance(item, str | AgentInput):
             raise ValidationError(f"input {n} is {type(item).__name__}, not a text (str) "
                                   f"or an AgentInput", index=n)
+        if isinstance(item, str) and len(item) > MAX_INPUT_TEXT_BYTES // 4:
+            size = len(item.encode("utf-8", "surrogatepass"))
+            if size > MAX_INPUT_TEXT_BYTES:
+                raise ValidationError(f"input {n} is {size} UTF-8 bytes, more than "
+                                      f"{MAX_INPUT_TEXT_BYTES} (MAX_INPUT_TEXT_BYTES)",
+                                      index=n, size=size, limit=MAX_INPUT_TEXT_BYTES)
 
 
 def input_body(text: str) -> tuple[AgentInput, bytes]:
@@ -554,8 +577,10 @@ class Runtime:
                 ``requested``: the input digests).
             RunExistsError: the Run exists under another commit id.
             ValidationError: an invalid run id (RUN-WIR-1), *inputs* not a list of texts
-                and AgentInputs (a bare string is refused, not split), foreign events on
-                ``run/`` (nothing written, no body frozen).
+                and AgentInputs (a bare string is refused, not split), more than
+                MAX_INPUTS_PER_COMMAND (1024) inputs or a text over MAX_INPUT_TEXT_BYTES
+                (8 MiB of UTF-8; RUN-INP-2), foreign events on ``run/`` (nothing
+                written, no body frozen).
             OwnershipLostError: another writer opened the scope.
             RuntimeClosedError: the ``open_runtime`` block has ended (RUN-ACT-3).
         """
@@ -652,8 +677,10 @@ class Runtime:
         in every active state; the next model step consumes them.
 
         Raises RunTerminalError (ended Run), RunNotFoundError, OwnershipLostError,
-        ValidationError (an input that is not a text or an AgentInput, or none at all;
-        nothing written), RuntimeClosedError.
+        ValidationError (an input that is not a text or an AgentInput, or none at all,
+        more than MAX_INPUTS_PER_COMMAND of them, a text over MAX_INPUT_TEXT_BYTES, or
+        the Run's inputs would pass MAX_INPUTS_PER_RUN (RUN-INP-2); nothing written),
+        RuntimeClosedError.
         """
         self._open()
         _check_id(run_id)
@@ -662,6 +689,11 @@ class Runtime:
             raise ValidationError("accept_input needs at least one input", run_id=run_id)
         facts = await self.writer.run_facts(run_id)
         n = sum(1 for f in facts if isinstance(f, F.InputAccepted))
+        if n + len(texts) > MAX_INPUTS_PER_RUN:
+            raise ValidationError(f"run {run_id!r} has {n} inputs; {len(texts)} more would "
+                                  f"pass {MAX_INPUTS_PER_RUN} (MAX_INPUTS_PER_RUN)",
+                                  run_id=run_id, size=n + len(texts),
+                                  limit=MAX_INPUTS_PER_RUN)
         inputs = await self._inputs(run_id, texts, n)
         result = await accept_input(self.run_store, run_id, inputs)
         self._notify(run_id, derive_input_command_id(run_id, *(i.id for i in inputs)), result)
@@ -879,10 +911,15 @@ async def open_runtime(store: RuntimeStore, executor: effect.ExecutionPort, *,
     and *tools* (with the *system* message). *mailbox_size* bounds each actor's
     mailbox; *sink* receives every event synchronously.
 
-    Before the scope is opened (nothing is written yet) *tools* and *model* are checked
-    against the executor's ``validate`` (RUN-ACT-8, :func:`check_offers`).
+    Before the scope is opened (nothing is written yet) every argument is checked
+    (:func:`check_open_arguments`) and *tools* and *model* are checked against the
+    executor's ``validate`` (RUN-ACT-8, :func:`check_offers`). *model* ``""`` means no
+    default model: every drive then needs a ``builder`` that names one.
 
-    Raises: ToolOfferError (an offered tool the executor lacks or declares differently);
+    Raises: ValidationError (an argument of the wrong type or value: *settings* not a
+    Settings, *model*/*system* not a str, *scope* not a valid name, *tools* not offers,
+    *mailbox_size* not an int >= 1; attribute ``argument``); ToolOfferError (an offered
+    tool the executor lacks or declares differently);
     ModelUnavailableError (the executor refuses *model*); the reconciler's configuration
     errors; OwnershipLostError if another writer opens the scope meanwhile — unwrapped,
     never inside an ExceptionGroup, whether the body or a task of the runtime (the
@@ -891,6 +928,8 @@ async def open_runtime(store: RuntimeStore, executor: effect.ExecutionPort, *,
     An exception raised in the block comes out as itself, not in an ExceptionGroup; an error
     of a background task comes out in an ExceptionGroup (RUN-ACT-10).
     """
+    check_open_arguments(scope=scope, settings=settings, model=model, tools=tools,
+                         system=system, mailbox_size=mailbox_size, sink=sink)
     await check_offers(executor, scope, model=model, tools=tools)
     writer = await store.open(scope)
     try:

@@ -14,10 +14,48 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import effect
-from ..protocol.errors import ModelUnavailableError, ToolOfferError
+from ..protocol.arguments import check_count, check_type
+from ..protocol.commit import validate_name
+from ..protocol.errors import ModelUnavailableError, ToolOfferError, ValidationError
 from ..protocol.values import FailureClass, ModelRef
+from ._settings import Settings
 
-__all__ = ["check_offers"]
+__all__ = ["check_offers", "check_open_arguments"]
+
+#: the largest actor mailbox ``open_runtime`` takes
+MAX_MAILBOX = 1 << 20
+
+
+def check_open_arguments(*, scope: object, settings: object, model: object, tools: object,
+                         system: object, mailbox_size: object = 16,
+                         sink: object = None) -> None:
+    """Refuse, before anything is opened or written, an ``open_runtime`` argument of the
+    wrong type or value (ValidationError with ``argument`` naming it): *scope* not a valid
+    name (RUN-WIR-1), *settings* neither None nor a :class:`Settings`, *model* or
+    *system* not a ``str``, *tools* not a sequence of offers (objects with ``spec()``),
+    *mailbox_size* not an int in ``1..MAX_MAILBOX``, *sink* neither None nor an
+    EventSink (``emit``)."""
+    check_type(scope, "scope", str, "a str")
+    try:
+        validate_name(scope, "scope")  # type: ignore[arg-type]
+    except ValidationError as error:
+        raise ValidationError(error.message, argument="scope", **error.attrs) from None
+    if settings is not None:
+        check_type(settings, "settings", Settings, "a Settings or None")
+    check_type(model, "model", str, "a str (a model ref; \"\" = no default model)")
+    check_type(system, "system", str, "a str")
+    if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
+        raise ValidationError(f"tools must be a sequence of tool offers, not "
+                              f"{type(tools).__name__}", argument="tools")
+    for n, offer in enumerate(tools):
+        if not callable(getattr(offer, "spec", None)):
+            raise ValidationError(f"tools[{n}] is {type(offer).__name__}, not a tool offer "
+                                  "(a Tool, or an object with spec())", argument="tools",
+                                  index=n)
+    check_count(mailbox_size, "mailbox_size", minimum=1, maximum=MAX_MAILBOX)
+    if sink is not None and not callable(getattr(sink, "emit", None)):
+        raise ValidationError(f"sink must be an EventSink (an object with emit(event)) or "
+                              f"None, not {type(sink).__name__}", argument="sink")
 
 #: ``validate`` answers that mean "this executor does not have this tool as offered".
 _MISMATCH = frozenset({FailureClass.TOOL_LOOKUP_FAILED, FailureClass.TOOL_DEFINITION_MISMATCH})

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from ..protocol.arguments import check_count, check_seconds, check_type
+from ..protocol.canonical import MAX_SAFE_INTEGER
 from ..protocol.errors import ValidationError
 from ..protocol.values import (
     CallID,
@@ -23,7 +25,8 @@ from ..protocol.values import (
 if TYPE_CHECKING:
     from ..effect import TargetRef
 
-__all__ = ["DispatchPolicy", "Settings", "TargetRequest", "TargetResolver", "BeforePrepare"]
+__all__ = ["DispatchPolicy", "Settings", "MAX_SETTING", "TargetRequest", "TargetResolver",
+           "BeforePrepare"]
 
 
 @attrs.frozen(kw_only=True)
@@ -46,9 +49,26 @@ TargetResolver = Callable[[TargetRequest], Awaitable["TargetRef | None"]]
 BeforePrepare = Callable[[Any, Any], Awaitable[None]]
 
 
-def _non_negative(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
-    if value < 0:
-        raise ValidationError(f"{attribute.name} must be >= 0, got {value}")
+#: the largest count a Settings bound takes (2^53-1: every JSON reader keeps it exactly)
+MAX_SETTING = MAX_SAFE_INTEGER
+
+
+def _count(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    check_count(value, attribute.name, maximum=MAX_SETTING)
+
+
+def _seconds(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    check_seconds(value, attribute.name)
+
+
+def _timeout(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    check_seconds(value, attribute.name, infinite=True)  # inf: no limit
+
+
+def _callable_or_none(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not callable(value):
+        raise ValidationError(f"{attribute.name} must be callable or None, not "
+                              f"{type(value).__name__}", argument=attribute.name)
 
 
 @attrs.frozen(kw_only=True)
@@ -57,8 +77,8 @@ class DispatchPolicy:
     ``retries`` offers. After the k-th retryable refusal sleep ``backoff * k`` seconds
     (``backoff == 0`` means 0.05 s)."""
 
-    retries: int = attrs.field(default=0, validator=_non_negative)
-    backoff: float = attrs.field(default=0.0, validator=_non_negative)
+    retries: int = attrs.field(default=0, validator=_count)
+    backoff: float = attrs.field(default=0.0, validator=_seconds)
 
     @property
     def offers(self) -> int:
@@ -70,18 +90,31 @@ class DispatchPolicy:
 
 
 def _scheduling(_: Any, __: Any, value: ToolScheduling) -> None:
+    check_type(value, "scheduling", ToolScheduling, "a ToolScheduling")
     if not value.is_valid():
         raise ValidationError(f"invalid scheduling {value!r}", scheduling=value)
 
 
 def _malformed(_: Any, __: Any, value: int) -> None:
-    if not 0 <= value <= 255:
-        raise ValidationError(f"malformed_retries must be in 0..255, got {value}")
+    check_count(value, "malformed_retries", maximum=255)
+
+
+def _dispatch(_: Any, __: Any, value: DispatchPolicy) -> None:
+    check_type(value, "dispatch", DispatchPolicy, "a DispatchPolicy")
+
+
+def _flag(_: Any, attribute: attrs.Attribute[Any], value: bool) -> None:
+    check_type(value, attribute.name, bool, "a bool")
 
 
 @attrs.frozen(kw_only=True)
 class Settings:
-    """Per-Run loop settings. Construction refuses invalid values (ValidationError).
+    """Per-Run loop settings. Construction refuses invalid values (ValidationError with
+    ``argument`` naming the field): a count that is not an ``int`` (a bool, ``None``,
+    ``"3"``) or is outside ``0..MAX_SETTING`` (2^53−1), a duration that is not a number
+    of seconds >= 0 (NaN and negatives are refused; ``inf`` only for ``settle_timeout``
+    and ``drain_timeout``, where it means no limit: a shielded section or a cancelled
+    caller then waits as long as it takes), a field of the wrong type.
 
     Durations are seconds on trio's clock. ``settle_timeout`` bounds every shielded
     section [D-2]; ``drain_timeout`` bounds how long a cancelled caller waits [D-1].
@@ -109,14 +142,16 @@ class Settings:
 
     scheduling: ToolScheduling = attrs.field(default=ToolScheduling(), validator=_scheduling)
     malformed_retries: int = attrs.field(default=0, validator=_malformed)
-    dispatch: DispatchPolicy = DispatchPolicy()
-    target_resolver: TargetResolver | None = None
-    before_prepare: BeforePrepare | None = None
+    dispatch: DispatchPolicy = attrs.field(default=DispatchPolicy(), validator=_dispatch)
+    target_resolver: TargetResolver | None = attrs.field(default=None,
+                                                         validator=_callable_or_none)
+    before_prepare: BeforePrepare | None = attrs.field(default=None,
+                                                       validator=_callable_or_none)
     watcher: Any = None
-    settle_timeout: float = attrs.field(default=30.0, validator=_non_negative)
-    drain_timeout: float = attrs.field(default=60.0, validator=_non_negative)
-    max_tool_calls: int = attrs.field(default=0, validator=_non_negative)
-    max_model_resends: int = attrs.field(default=3, validator=_non_negative)
-    max_model_steps: int = attrs.field(default=100, validator=_non_negative)
-    max_tool_lookup_failures: int = attrs.field(default=3, validator=_non_negative)
-    fused_commits: bool = True
+    settle_timeout: float = attrs.field(default=30.0, validator=_timeout)
+    drain_timeout: float = attrs.field(default=60.0, validator=_timeout)
+    max_tool_calls: int = attrs.field(default=0, validator=_count)
+    max_model_resends: int = attrs.field(default=3, validator=_count)
+    max_model_steps: int = attrs.field(default=100, validator=_count)
+    max_tool_lookup_failures: int = attrs.field(default=3, validator=_count)
+    fused_commits: bool = attrs.field(default=True, validator=_flag)

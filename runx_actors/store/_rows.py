@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from ..protocol._codec import decode_fact
-from ..protocol._evolve import evolve
+from ..protocol._evolve import evolve_all
 from ..protocol.canonical import read_envelope
 from ..protocol.commit import Snapshot, fold_run
 from ..protocol.errors import (
@@ -405,11 +405,9 @@ def _from_cache(
     if len(tail) != head - position:
         return None
     try:
-        for fact in tail:
-            state = evolve(state, fact)
+        return evolve_all(state, tail)  # a run of inputs in one pass (RUN-INP-2)
     except EvolveError:
         return None
-    return state
 
 
 # -- frozen bodies and streams ---------------------------------------------------------

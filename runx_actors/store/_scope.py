@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from ..protocol._codec import decode_fact, encode_fact
-from ..protocol._evolve import evolve
+from ..protocol._evolve import evolve_all
 from ..protocol.canonical import read_envelope, typed_envelope
 from ..protocol.commit import (
     MAX_ID_BYTES,
@@ -205,9 +205,9 @@ class ScopeLog:
             run_id = stream[4:]
             cached = self.cache.get(run_id)
             if cached is not None and cached.position < len(events):
-                state = cached.state
-                for e in events[cached.position + 1 :]:
-                    state = evolve(state, decode_fact(e.data))
+                state = evolve_all(cached.state, [decode_fact(e.data)
+                                                  for e in events[cached.position + 1 :]])
+                assert state is not None  # folded onto a cached Run state
                 snap = Snapshot(state, len(events) - 1)
             else:
                 snap = Snapshot(self.fold(run_id), len(events) - 1)

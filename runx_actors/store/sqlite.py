@@ -33,11 +33,11 @@ import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
 
+from ..protocol.arguments import check_count, check_seconds
 from ..protocol.commit import (
     BatchResult,
     CommitRequest,
@@ -270,7 +270,7 @@ class SqliteStore(SqlStoreBase[WriterState]):
 
 @asynccontextmanager
 async def open_sqlite_store(
-    path: str | Path,
+    path: str | os.PathLike[str],
     *,
     readers: int = 4,
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
@@ -287,7 +287,16 @@ async def open_sqlite_store(
     Only a *path* that does not exist gets a new store; an existing file is checked
     before anything is written (RUN-STO-1, RUN-STO-2).
 
+    *path* is a ``str`` or an ``os.PathLike`` of ``str`` naming a file; bytes are
+    refused (a store path is text: it is shown in errors and receipts).
+
     Raises:
+        ValidationError: *path* is not a ``str``/``os.PathLike[str]`` (``None``, ``5``,
+            ``b"x"``), is empty, contains NUL, or is one of SQLite's special names
+            (``:memory:`` or any name starting with ``:``, a ``file:`` URI), or
+            *readers*/*max_group* is not an integer >= 1, *busy_timeout* not a finite
+            number of seconds >= 0 (attribute ``argument``). Checked before any file is
+            created.
         StoreOpenError: *path* is a directory, its directory does not exist (it is not
             created), or the OS refuses to create or open the file (``path``,
             ``reason``). Nothing was written.
@@ -299,9 +308,10 @@ async def open_sqlite_store(
         StoreBusyError: another connection held the lock past *busy_timeout* (here, or
             from a write of the store later). Nothing was written.
     """
-    if readers < 1 or max_group < 1:
-        raise ValidationError("readers and max_group must be positive")
-    name = str(path)
+    name = store_path(path)
+    check_count(readers, "readers", minimum=1)
+    check_count(max_group, "max_group", minimum=1)
+    check_seconds(busy_timeout, "busy_timeout")
     try:
         conn = await trio.to_thread.run_sync(_open_writer_connection, name, busy_timeout)
     except sqlite3.OperationalError as exc:
@@ -317,6 +327,31 @@ async def open_sqlite_store(
         yield store
     finally:
         await store.aclose()
+
+
+def store_path(path: object) -> str:
+    """*path* as the text of a store file, checked before any file is touched.
+
+    Raises ValidationError (attribute ``argument="path"``) for anything but a
+    ``str``/``os.PathLike[str]`` (bytes included: refused, not decoded), an empty path, a
+    NUL, and SQLite's special names: ``:memory:`` and every name starting with ``:``
+    (SQLite reserves them), and ``file:`` URIs (the store opens plain paths only)."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str):
+        raise ValidationError(f"the store path must be a str or os.PathLike[str], not "
+                              f"{type(path).__name__} {repr(path)[:64]}", argument="path",
+                              value=repr(path)[:64])
+    if not path:
+        raise ValidationError("the store path is empty", argument="path", value=path)
+    if "\x00" in path:
+        raise ValidationError(f"the store path {path[:64]!r} contains NUL", argument="path",
+                              value=path[:64])
+    if path.startswith(":") or path.lower().startswith("file:"):
+        raise ValidationError(f"the store path {path[:64]!r} is a SQLite special name, not "
+                              "a file (name a file, e.g. ./store.sqlite3)", argument="path",
+                              value=path[:64])
+    return path
 
 
 #: ``sqlite_errorname`` values that mean the file cannot be created or opened at its

@@ -39,6 +39,7 @@ from runx_actors.protocol.values import (
     ToolPlacement,
     ToolReplay,
     ToolResult,
+    Usage,
 )
 
 NUMBERS = {
@@ -837,3 +838,37 @@ async def test_unread_outcomes_survive_the_retention_bound() -> None:
         await trio.testing.wait_all_tasks_blocked()
         assert await ex.get_status(rekey(first, "u0").key) is effect.ExecutionStatus.NOT_FOUND
         assert ex.statistics().evicted == 1
+
+
+_BAD_USAGE = [
+    reply("a", input_tokens=-5), reply("a", output_tokens=-(2**40)),
+    reply("a", input_tokens=2**53), ModelResult(content="a", usage=Usage(1.5, 0)),  # type: ignore[arg-type]
+    ModelResult(content="a", usage=Usage(True, 0)),  # type: ignore[arg-type]
+    ModelResult(content="a", usage=Usage(0, "3")),  # type: ignore[arg-type]
+    ModelResult(content="a", usage=None),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize("answer", _BAD_USAGE,
+                         ids=["negative_input", "negative_output", "past_2_53", "float",
+                              "bool", "text", "none"])
+async def test_a_usage_that_is_not_a_token_count_is_a_malformed_result(answer: Any) -> None:
+    """RUN-EXE-2: reply("a", input_tokens=-5, output_tokens=-(2**40)) was recorded and
+    summed into RunResult.usage; like OpenAIChatModel's refusal of 1e300 it is a
+    malformed_result now, naming the usage."""
+    async with open_local_executor(models={"m": _Weird(answer)}) as ex:
+        a = model_assignment("m")
+        await ex.dispatch(a)
+        result = (await outcome_of(ex, a.key)).result
+    assert isinstance(result, effect.ModelFailed), result
+    assert result.code is effect.FailureCode.MALFORMED_RESULT and "usage" in result.message
+
+
+async def test_the_largest_token_counts_are_kept() -> None:
+    answer = reply("a", input_tokens=2**53 - 1, output_tokens=0)
+    async with open_local_executor(models={"m": _Weird(answer)}) as ex:
+        a = model_assignment("m")
+        await ex.dispatch(a)
+        result = (await outcome_of(ex, a.key)).result
+    assert isinstance(result, effect.ModelSucceeded)
+    assert result.result.usage.input_tokens == 2**53 - 1

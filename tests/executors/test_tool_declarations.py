@@ -184,3 +184,55 @@ async def test_the_runtime_refuses_two_offers_with_one_name() -> None:
             assert not store.scope_log("s").streams  # nothing was written
             async with open_runtime(store, ex, scope="s", model="m", tools=[a, c]):
                 pass
+
+
+#: (python_tool keyword arguments, the argument the refusal names); each was accepted
+#: (or an attrs NotCallableError / builtin TypeError) before the eighth session
+BAD_DECLARATIONS: list[tuple[str, dict[str, Any], str]] = [
+    ("fn_not_callable", {"fn": 5}, "fn"),
+    ("empty_name", {"name": ""}, "name"),
+    ("name_with_space", {"name": "a b"}, "name"),
+    ("name_5000_chars", {"name": "x" * 5000}, "name"),
+    ("name_65_chars", {"name": "x" * 65}, "name"),
+    ("name_not_str", {"name": 5}, "name"),
+    ("ref_with_newline", {"ref": "a\nb"}, "ref"),
+    ("ref_with_bidi", {"ref": "a\u202eb"}, "ref"),
+    ("ref_600_bytes", {"ref": "r" * 600}, "ref"),
+    ("ref_not_str", {"ref": 5}, "ref"),
+    ("timeout_text", {"timeout": "5"}, "timeout"),
+    ("timeout_nan", {"timeout": float("nan")}, "timeout"),
+    ("check_not_callable", {"check": 5}, "check"),
+]
+
+
+@pytest.mark.parametrize(("case", "kwargs", "argument"), BAD_DECLARATIONS,
+                         ids=[c for c, _, _ in BAD_DECLARATIONS])
+def test_a_bad_name_ref_or_callable_is_refused(case: str, kwargs: dict[str, Any],
+                                               argument: str) -> None:
+    """RUN-EXE-5: a ref is a name (RUN-WIR-1: 512 UTF-8 bytes, no control, line-separator
+    or bidi character); a model-facing name is 1 to 64 of A-Z a-z 0-9 _ - . (the
+    providers' ^[a-zA-Z0-9_-]{1,64}$ plus '.')."""
+    args: dict[str, Any] = {"fn": echo, "ref": "t", **kwargs}
+    with pytest.raises(ValidationError) as refused:
+        python_tool(args.pop("fn"), **args)
+    assert getattr(refused.value, "argument", None) == argument, (case, refused.value)
+
+
+@pytest.mark.parametrize("dialect", ["http://bogus", "https://json-schema.org/draft/2099/schema",
+                                     5, None])
+def test_an_unknown_schema_dialect_is_refused(dialect: object) -> None:
+    """RUN-EXE-5: the README says the schema is checked against its $schema; an unknown
+    $schema was silently validated as Draft 2020-12."""
+    with pytest.raises(ValidationError, match=r"\$schema") as refused:
+        python_tool(echo, ref="t", parameters={"$schema": dialect, "type": "object"})
+    assert refused.value.tool_ref == "t"  # type: ignore[attr-defined]
+
+
+def test_known_dialects_names_with_dots_and_the_default_parameters_are_kept() -> None:
+    for uri in ("http://json-schema.org/draft-07/schema#",
+                "http://json-schema.org/draft-07/schema",
+                "https://json-schema.org/draft/2020-12/schema"):
+        python_tool(echo, ref="t", parameters={"$schema": uri, "type": "object"})
+    assert python_tool(echo, ref="fs.read").name == "fs.read"
+    assert python_tool(echo, ref="x" * 512, name="y" * 64).name == "y" * 64
+    assert python_tool(echo, ref="t", parameters=None).any_object  # None: any object

@@ -400,7 +400,10 @@ def test_a_refusal_on_a_state_without_a_current_step_names_no_phase() -> None:
 
 def _raising_id(error: type[Exception]) -> type[str]:
     class RaisingId(str):
-        __hash__ = str.__hash__
+        # every RaisingId hashes like "in-1", so the fold's set of pending ids compares
+        # it with "in-1" (the per-fact scan compared every id; RUN-INP-2 made it a set)
+        def __hash__(self) -> int:
+            return hash("in-1")
 
         def __eq__(self, other: object) -> bool:
             raise error("boom")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runx_actors import RunxError, StoreOpenError
+from runx_actors import RunxError, StoreOpenError, ValidationError
 from runx_actors.store.sqlite import open_sqlite_store
 
 
@@ -52,3 +52,34 @@ async def test_a_good_path_still_opens(tmp_path: Path) -> None:
     async with open_sqlite_store(tmp_path / "x.sqlite3") as store:
         assert store is not None
     assert (tmp_path / "x.sqlite3").is_file()
+
+
+@pytest.mark.parametrize("path", [None, 5, b"x.sqlite3", ":memory:", ":temp:", "a\x00b", "",
+                                  "file:x.sqlite3?mode=memory"],
+                         ids=["none", "int", "bytes", "memory", "colon", "nul", "empty", "uri"])
+async def test_a_path_that_is_not_a_file_name_is_refused_before_any_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: object) -> None:
+    """RUN-STO-1: only a str/os.PathLike[str] naming a file is a store path; None, 5 and
+    bytes were str()-ed into files named ``None``, ``5``, ``b'x.sqlite3'``; ``:memory:``
+    wrote a 40 KB file of that name, then raised SchemaVersionError; a NUL gave a builtin
+    ValueError. Each is a ValidationError naming the argument, and no file is made."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValidationError) as refused:
+        async with open_sqlite_store(path):  # type: ignore[arg-type]
+            pass  # pragma: no cover - refused before the block
+    assert isinstance(refused.value, RunxError)
+    assert getattr(refused.value, "argument", None) == "path"
+    assert os.listdir(tmp_path) == []
+
+
+async def test_a_path_like_of_str_opens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                        ) -> None:
+    monkeypatch.chdir(tmp_path)  # str() of it was the file name (in the cwd)
+
+    class Named:
+        def __fspath__(self) -> str:
+            return str(tmp_path / "n.sqlite3")
+
+    async with open_sqlite_store(Named()):
+        pass
+    assert os.listdir(tmp_path) == ["n.sqlite3"]

@@ -263,9 +263,12 @@ def _prepare_cas_behind_only() -> Impl:
 
 def _complete_non_executing() -> Impl:
     edit = (_EXECUTING_CHECK, _EXECUTING_CHECK.split("\n", 2)[2])
-    evolve_ = mutant_module(_EVOLVE, (edit,)).evolve
-    return Impl("complete_non_executing", evaluate=rebind(evaluate_commit, evolve=evolve_),
-                fold=rebind(fold_run, evolve=evolve_))
+    mutant = mutant_module(_EVOLVE, (edit,))
+    # evaluate_commit and fold_run fold through evolve_all (RUN-INP-2), the mutant
+    # module's own, which calls its mutant evolve
+    swap = {"evolve": mutant.evolve, "evolve_all": mutant.evolve_all}
+    return Impl("complete_non_executing", evaluate=rebind(evaluate_commit, **swap),
+                fold=rebind(fold_run, **swap))
 
 
 def _input_id_first_only() -> Impl:
