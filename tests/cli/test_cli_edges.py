@@ -8,22 +8,14 @@ The PostgreSQL-only cases (a DSN that cannot be reached) are in
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
+from cli_helpers import EXAMPLE, SIGNING_ENV, json_error
 from click.testing import CliRunner, Result
 from runs_scenario import build_store
 
 from runx_actors.cli import main
-
-SIGNING_ENV = {
-    "RUNX_RECEIPT_SIGN_KID": "runx-demo-key",
-    "RUNX_RECEIPT_SIGN_ED25519_SEED_BASE64": "QkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkI=",
-    "RUNX_RECEIPT_SIGN_ISSUER_TYPE": "hosted",
-}
-EXAMPLE = Path(__file__).parents[2] / "examples" / "loop-orchestration"
 
 
 @pytest.fixture(scope="module")
@@ -34,15 +26,6 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cli(*args: str, **env: str) -> Result:
     return CliRunner().invoke(main, list(args), env={"RUNX_ACTORS_STORE": "", **env},
                               catch_exceptions=False)
-
-
-def json_error(result: Result) -> dict[str, Any]:
-    """The one JSON object on stdout of a failed ``--json`` command."""
-    lines = [line for line in result.stdout.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stdout
-    doc: dict[str, Any] = json.loads(lines[0])
-    assert doc["ok"] is False and doc["exit_code"] == result.exit_code, doc
-    return doc
 
 
 def _scoped_reads(store: Path, scope: str) -> dict[str, list[str]]:

@@ -5,28 +5,21 @@ every error is ``runx-actors: <command>: <message>`` plus a ``hint:`` line."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
+from cli_helpers import EXAMPLE, SIGNING_ENV, json_error
 from click.testing import CliRunner, Result
 
 from runx_actors.cli import main
 
-SIGNING_ENV = {
-    "RUNX_RECEIPT_SIGN_KID": "runx-demo-key",
-    "RUNX_RECEIPT_SIGN_ED25519_SEED_BASE64": "QkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkI=",
-    "RUNX_RECEIPT_SIGN_ISSUER_TYPE": "hosted",
-}
 CLEAN_ENV: dict[str, str | None] = {
     name: None for name in (
         "RUNX_RECEIPT_VERIFY_KID", "RUNX_RECEIPT_VERIFY_ED25519_PUBLIC_KEY_BASE64",
         "RUNX_RECEIPT_DIR", "RUNX_LOOP_RECEIPT_DIR", "RUNX_PROJECT_DIR", "RUNX_CWD",
         "INIT_CWD", "RUNX_RUN_ID", "RUNX_ACTORS_STORE", "RUNX_ACTORS_DEBUG")
 }
-EXAMPLE = Path(__file__).parents[2] / "examples" / "loop-orchestration"
 TURN_INPUTS = ["-i", "loop_id=l", "-i", "turn_index=1", "-i", "max_turns=3",
                "-i", "objective=x"]
 
@@ -37,14 +30,6 @@ def cli(cwd: Path, *args: str, **env: str) -> Result:
         patch.chdir(cwd)
         return CliRunner().invoke(main, list(args), env=merged, catch_exceptions=False)
 
-
-def json_error(result: Result) -> dict[str, Any]:
-    """The one JSON error object on stdout of a failed ``--json`` command."""
-    lines = [line for line in result.stdout.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stdout
-    doc: dict[str, Any] = json.loads(lines[0])
-    assert doc["ok"] is False and doc["exit_code"] == result.exit_code, doc
-    return doc
 
 
 def one_format(result: Result, command: str) -> list[str]:
