@@ -526,6 +526,15 @@ def _cache_writes(path: Path) -> list[tuple[str, str, int]]:
     return out  # type: ignore[return-value]
 
 
+async def _audited_empty_store(tmp_path: Path) -> Path:
+    """A store file whose scope was opened once (no Run), with its cache writes audited."""
+    path = tmp_path / "s.sqlite3"
+    async with open_sqlite_store(path) as store:
+        await store.open(SCOPE)
+    _audit_cache_writes(path)
+    return path
+
+
 async def test_clean_close_rewrites_no_entry_that_holds_its_snapshot(tmp_path: Path) -> None:
     """RUN-CMT-2: a restart that changes nothing writes no cache row when it closes —
     every entry it loaded at the head holds its Run's snapshot (the close rewrote all
@@ -555,10 +564,7 @@ async def test_clean_close_rewrites_no_entry_that_holds_its_snapshot(tmp_path: P
 async def test_clean_close_writes_an_entry_written_since_open_once(tmp_path: Path) -> None:
     """A Run that arrived at Open during the writer's life has its entry written by that
     commit (RUN-CMT-2); the close does not write it a second time."""
-    path = tmp_path / "s.sqlite3"
-    async with open_sqlite_store(path) as store:
-        await store.open(SCOPE)
-    _audit_cache_writes(path)
+    path = await _audited_empty_store(tmp_path)
     async with open_sqlite_store(path) as store:
         w = await store.open(SCOPE)
         await _create(w, "run-a", "in-1")
@@ -575,10 +581,7 @@ async def test_clean_close_writes_a_run_moved_past_its_entry_in_the_same_group(
     so the close writes the Run at its head."""
     from runx_actors.testing.conformance import batch_requests
 
-    path = tmp_path / "s.sqlite3"
-    async with open_sqlite_store(path) as store:
-        await store.open(SCOPE)
-    _audit_cache_writes(path)
+    path = await _audited_empty_store(tmp_path)
     async with open_sqlite_store(path) as store:
         w = await store.open(SCOPE)
         await _create(w, "run-a", "in-1")
