@@ -82,6 +82,8 @@ class DispatchPolicy:
 
     @property
     def offers(self) -> int:
+        """How many times one Assignment is offered in all (an int >= 1): ``retries``, or 3
+        when ``retries`` is 0 (the default)."""
         return 3 if self.retries == 0 else self.retries
 
     def pause(self, refusals: int) -> float:

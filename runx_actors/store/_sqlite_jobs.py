@@ -285,6 +285,8 @@ class GroupTx:
         return log.commit_facts(self.conn, scope, commit_id, run_id, row)
 
     def stream_head(self, scope: Scope, stream: str) -> int:
+        """The next index of *stream* in *scope* inside this group: read once from the
+        log, then the group's own count (jobs of one group append in order). RUN-STO-3."""
         key = (scope, stream)
         head = self.heads.get(key)
         if head is None:
@@ -420,6 +422,10 @@ class Job(JobBase[T]):
         return (self.commit_key,) if self.commit_key is not None else ()
 
     def run(self, tx: GroupTx) -> tuple[T, Plan]:
+        """Evaluate the job against *tx*'s running view of the group; return its answer
+        and the Plan (the rows to write and the writer-state changes, applied when the
+        group commits). Raises the job's typed refusal (OwnershipLostError once fenced,
+        ValidationError, …), which fails this job alone."""
         raise NotImplementedError
 
 
@@ -445,6 +451,9 @@ class CommitJob(Job[CommitResult]):
         self.commit_key = (ws.scope, request.envelope.id)
 
     def run(self, tx: GroupTx) -> tuple[CommitResult, Plan]:
+        """Evaluate one command (RUN-CMT-3): a known commit id answers ALREADY_APPLIED
+        with the original facts (RUN-CMT-5), else its facts, head and cache entry are
+        planned; OwnershipLostError once fenced (RUN-CMT-6)."""
         ws, request = self.ws, self.request
         tx.check_epoch(ws)
         plan = Plan()
@@ -496,9 +505,13 @@ class BatchJob(Job[BatchResult]):
         self.bodies = bodies
 
     def commit_keys(self) -> tuple[tuple[Scope, str], ...]:
+        """The (scope, commit id) of every command of the batch, in order (RUN-CMT-10)."""
         return tuple((self.ws.scope, r.envelope.id) for r in self.requests)
 
     def run(self, tx: GroupTx) -> tuple[BatchResult, Plan]:
+        """Evaluate the batch's commands in order (RUN-CMT-9) and plan the rows of the
+        evaluated prefix, each command under its own commit id; answers every result and
+        the refusal that stopped the batch, if any; OwnershipLostError once fenced."""
         ws = self.ws
         tx.check_epoch(ws)
         plan = Plan()
@@ -531,6 +544,9 @@ class CreateJob(Job[CommitResult]):
         self.new_run_key = (ws.scope, new_run.run_id)
 
     def run(self, tx: GroupTx) -> tuple[CommitResult, Plan]:
+        """Plan the Run's creation group and the foreign events in one commit (D-8); a
+        known commit id answers ALREADY_APPLIED (RUN-CMT-5). Raises ValidationError (no
+        commit id), RunExistsError, OwnershipLostError once fenced."""
         ws, run_id = self.ws, self.new_run.run_id
         tx.check_epoch(ws)
         if not self.commit_id:
@@ -567,6 +583,9 @@ class AppendJob(Job[CommitStatus]):
         self.commit_key = (ws.scope, commit_id)
 
     def run(self, tx: GroupTx) -> tuple[CommitStatus, Plan]:
+        """Plan the foreign events under the commit id (§4.8); a known id answers
+        ALREADY_APPLIED and plans nothing (RUN-CMT-5). Raises ValidationError for an empty
+        commit id or no events, OwnershipLostError once fenced."""
         ws = self.ws
         tx.check_epoch(ws)
         if not self.commit_id:
@@ -593,6 +612,9 @@ class OpenJob(Job[tuple[int, Projection, set[RunID]]]):
         self.scope = scope
 
     def run(self, tx: GroupTx) -> tuple[tuple[int, Projection, set[RunID]], Plan]:
+        """Bump the scope's epoch (RUN-CMT-6) and rebuild its projection from the cache
+        and the logs' tails (RUN-CMT-2); answers (epoch, projection, the Runs whose cache
+        entry holds their snapshot)."""
         epoch = log.bump_epoch(tx.conn, self.scope)
         cached: set[RunID] = set()
         projection = Projection(log.rebuild_projection(tx.conn, self.scope, cached))
@@ -608,6 +630,7 @@ class PutJob(Job[None]):
         self.data = data
 
     def run(self, tx: GroupTx) -> tuple[None, Plan]:
+        """Plan the body under its digest (idempotent: a body already stored is kept)."""
         plan = Plan()
         plan.frozen[self.digest] = self.data
         return None, plan
@@ -628,6 +651,8 @@ class CheckpointJob(Job[int]):
         self.ws = ws
 
     def run(self, tx: GroupTx) -> tuple[int, Plan]:
+        """Plan the cache entry of every active Run whose entry does not hold its snapshot
+        (RUN-CMT-2); answers how many; OwnershipLostError once fenced."""
         ws = self.ws
         log.check_epoch(tx.conn, ws.scope, ws.epoch)
         plan = Plan()

@@ -120,9 +120,11 @@ class WriterThread:
 
     @property
     def thread(self) -> threading.Thread:
+        """The writer thread (started by :meth:`start`, ended by :meth:`stop`)."""
         return self._thread
 
     def start(self) -> None:
+        """Start the writer thread; it takes jobs from the queue in groups."""
         self._thread.start()
 
     def submit(self, job: Job[Any]) -> None:
@@ -137,9 +139,12 @@ class WriterThread:
         self._queue.put(job)
 
     def stop(self) -> None:
+        """Ask the writer thread to end after the jobs already queued (never blocks)."""
         self._queue.put(_STOP)
 
     def statistics(self) -> WriterStatistics:
+        """Counters of the writer (groups, jobs, fallbacks) and what is queued or in flight
+        now; a snapshot, read on the trio thread."""
         return WriterStatistics(
             **self._counters.fields(), queued=self._queue.qsize(),
             fallback_groups=self._fallbacks, in_flight=self._in_flight,
