@@ -426,10 +426,10 @@ def evolve_all(state: MachineState | None, facts: Sequence[F.Fact]) -> MachineSt
     k = 0
     while k < n:
         fact = facts[k]
-        if isinstance(fact, F.InputAccepted) and state is not None and (
-                state.status is RunStatus.ACTIVE):
+        if type(fact) is F.InputAccepted and state is not None and (
+                state.status is RunStatus.ACTIVE):  # evolve dispatches on the exact type
             end = k + 1
-            while end < n and isinstance(facts[end], F.InputAccepted):
+            while end < n and type(facts[end]) is F.InputAccepted:
                 end += 1
             state = _inputs_accepted(state, facts[k:end], k)  # type: ignore[arg-type]
             k = end

@@ -53,6 +53,24 @@ def test_an_input_id_is_pending_again_after_its_step_consumed_it() -> None:
     assert [i.id for i in state.pending_inputs] == ["in-1", "in-3"]
 
 
+def test_a_subclass_of_input_accepted_is_refused_as_evolve_refuses_it() -> None:
+    """evolve dispatches on the exact fact type, so a subclass is "not a fact"; the
+    one-pass input fold must not take it for an input (it did with isinstance)."""
+    import attrs
+
+    @attrs.frozen
+    class Lookalike(F.InputAccepted):
+        pass
+
+    fake = Lookalike(AgentInput("in-9", DIGEST))
+    state = fold_run([F.RunCreated(RUN, "c")], run_id=RUN)
+    with pytest.raises(EvolveError) as one:
+        evolve(state, fake)
+    with pytest.raises(EvolveError) as all_:
+        evolve_all(state, [fake])
+    assert all_.value.message == one.value.message  # type: ignore[attr-defined]
+
+
 def test_evolve_all_equals_evolve_fact_by_fact() -> None:
     facts: list[Any] = [F.RunCreated(RUN, "c"), *_inputs(*(f"in-{k}" for k in range(50)))]
     one_by_one = None
